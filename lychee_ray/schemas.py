@@ -1,0 +1,329 @@
+"""Shared data shapes: the in-memory types every stage passes along, the LLM reply schemas
+(pydantic, turned into JSON schema for structured output), and the Arrow schemas of the
+Parquet tables in DESIGN.md.
+
+Nothing here does I/O. Stages import these so that a record made by the `rules` backend and one
+made by an LLM are the same type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+RECORD_TYPES = (
+    "fact",
+    "preference",
+    "event",
+    "constraint",
+    "procedure",
+    "failure_pattern",
+    "tool_affordance",
+)
+RecordType = Literal[
+    "fact", "preference", "event", "constraint", "procedure", "failure_pattern", "tool_affordance"
+]
+TimeGranularity = Literal["day", "week", "month", "year", "none"]
+NODE_KINDS = ("entity", "topic", "entity_topic", "time", "event_frame")
+
+
+# --------------------------------------------------------------------------------------------
+# In-memory conversation state (plain dataclasses: cheap, picklable, no validation overhead)
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Turn:
+    turn_id: str  # source id (LoCoMo dia_id) or a generated "s<session>:t<k>"
+    turn_idx: int  # 0-based position in the conversation
+    session_id: str
+    speaker: str
+    role: str  # "user" | "assistant" | "speaker_a" | "speaker_b" | free text from the source
+    text: str
+    timestamp: str | None = None  # ISO 8601 session/turn time, None when the source has none
+    has_answer: bool | None = None  # LongMemEval evidence flag
+
+
+@dataclass
+class Question:
+    conversation_id: str
+    question_id: str
+    question: str
+    answer: str
+    category: str  # by name: multi_hop, temporal, open_domain, single_hop, adversarial, or LME type
+    evidence_turn_ids: list[str]
+    question_date: str | None = None
+
+
+@dataclass
+class Segment:
+    segment_id: str
+    segment_idx: int
+    turn_idxs: list[int]  # indexes into Conversation.turns
+    exchange_idxs: list[int]
+    n_tokens: int
+    boundary_p: float  # p_t of the exchange that closed this segment (1.0 for the last segment)
+    boundary_reason: str  # "threshold" | "token_cap" | "session" | "end"
+
+
+@dataclass
+class MemoryRecord:
+    record_id: str
+    segment_id: str
+    type: str
+    text: str
+    entities: list[str]
+    topics: list[str]
+    time_start: str | None
+    time_end: str | None
+    time_granularity: str
+    time_expression: str | None
+    source_turn_ids: list[str]
+    backend: str  # "rules" | model name
+    degraded: bool = False
+
+
+@dataclass
+class Conversation:
+    """One conversation as it flows through the ingest pipeline."""
+
+    conversation_id: str
+    source: str  # locomo | longmemeval | chat_jsonl | turns
+    source_file: str
+    turns: list[Turn] = field(default_factory=list)
+    questions: list[Question] = field(default_factory=list)
+    status: str = "ok"  # ok | degraded | empty | error | duplicate
+    error: str | None = None
+    # filled by later stages
+    exchanges: list[list[int]] = field(default_factory=list)  # turn indexes per exchange
+    turn_embeddings: object = None  # np.ndarray [n_turns, d] float32, L2-normalized
+    segments: list[Segment] = field(default_factory=list)
+    records: list[MemoryRecord] = field(default_factory=list)
+    record_embeddings: object = None
+    nodes: list[dict] = field(default_factory=list)
+    node_embeddings: object = None
+    record_nodes: list[tuple[str, str]] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)  # per-stage counters and seconds
+
+
+# --------------------------------------------------------------------------------------------
+# LLM reply schemas (encode, plan, answer, judge)
+# --------------------------------------------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NormalizedTime(_Strict):
+    start: str | None = Field(description="ISO date YYYY-MM-DD of the start, or null")
+    end: str | None = Field(description="ISO date YYYY-MM-DD of the end, or null")
+    granularity: TimeGranularity
+    expression: str | None = Field(description="the original time expression, or null")
+
+
+class EncodedRecord(_Strict):
+    type: RecordType
+    text: str = Field(description="self-contained statement: names instead of pronouns, absolute dates")
+    entities: list[str]
+    topics: list[str]
+    time: NormalizedTime
+    source_turn_ids: list[str]
+
+
+class EntityState(_Strict):
+    name: str
+    aliases: list[str]
+    referent: str = Field(description="who or what the name refers to")
+
+
+class ResolutionState(_Strict):
+    entities: list[EntityState]
+    date_anchor: str | None = Field(description="ISO date the conversation is currently at")
+    open_threads: list[str]
+
+
+class EncodeOutput(_Strict):
+    records: list[EncodedRecord]
+    state: ResolutionState
+
+
+class TimeWindow(_Strict):
+    start: str | None
+    end: str | None
+
+
+class Route(_Strict):
+    goal: str
+    search_terms: list[str]
+    entities: list[str]
+    topics: list[str]
+    time_window: TimeWindow | None
+
+
+class QueryPlan(_Strict):
+    routes: list[Route]
+
+
+class AnswerOutput(_Strict):
+    answer: str
+
+
+class JudgeOutput(_Strict):
+    label: Literal["CORRECT", "WRONG"]
+
+
+# --------------------------------------------------------------------------------------------
+# Parquet tables (DESIGN.md "Tables")
+# --------------------------------------------------------------------------------------------
+def embedding_type(dim: int) -> pa.DataType:
+    """FLOAT[d] in DuckDB is an Arrow fixed-size list of float32."""
+    return pa.list_(pa.float32(), dim)
+
+
+def table_schemas(dim: int) -> dict[str, pa.Schema]:
+    emb = embedding_type(dim)
+    strs = pa.list_(pa.string())
+    return {
+        "conversations": pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("source", pa.string()),
+                ("source_file", pa.string()),
+                ("n_turns", pa.int64()),
+                ("n_sessions", pa.int64()),
+                ("n_exchanges", pa.int64()),
+                ("n_segments", pa.int64()),
+                ("n_records", pa.int64()),
+                ("status", pa.string()),
+                ("error", pa.string()),
+            ]
+        ),
+        "turns": pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("turn_id", pa.string()),
+                ("turn_idx", pa.int64()),
+                ("exchange_idx", pa.int64()),
+                ("session_id", pa.string()),
+                ("speaker", pa.string()),
+                ("role", pa.string()),
+                ("text", pa.string()),
+                ("timestamp", pa.timestamp("s")),
+                ("has_answer", pa.bool_()),
+                ("segment_id", pa.string()),
+                ("embedding", emb),
+            ]
+        ),
+        "segments": pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("segment_id", pa.string()),
+                ("segment_idx", pa.int64()),
+                ("turn_ids", strs),
+                ("start_idx", pa.int64()),
+                ("end_idx", pa.int64()),
+                ("n_exchanges", pa.int64()),
+                ("n_tokens", pa.int64()),
+                ("boundary_p", pa.float64()),
+                ("boundary_reason", pa.string()),
+            ]
+        ),
+        "records": pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("record_id", pa.string()),
+                ("segment_id", pa.string()),
+                ("type", pa.string()),
+                ("text", pa.string()),
+                ("entities", strs),
+                ("topics", strs),
+                ("time_start", pa.date32()),
+                ("time_end", pa.date32()),
+                ("time_granularity", pa.string()),
+                ("time_expression", pa.string()),
+                ("source_turn_ids", strs),
+                ("backend", pa.string()),
+                ("degraded", pa.bool_()),
+                ("embedding", emb),
+            ]
+        ),
+        "nodes": pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("node_id", pa.string()),
+                ("kind", pa.string()),
+                ("name", pa.string()),
+                ("n_records", pa.int64()),
+                ("embedding", emb),
+            ]
+        ),
+        "record_nodes": pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("record_id", pa.string()),
+                ("node_id", pa.string()),
+            ]
+        ),
+        "build_stats": pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("encode_units", pa.int64()),  # segments (or exchanges/windows) encoded
+                ("llm_calls", pa.int64()),  # requests actually sent, repairs included
+                ("llm_failures", pa.int64()),
+                ("degraded_segments", pa.int64()),
+                ("prompt_tokens", pa.int64()),
+                ("completion_tokens", pa.int64()),
+                ("cached_tokens", pa.int64()),
+                # o200k count of the prompts/replies an LLM encoder would see, computed under
+                # the rules backend with its own outputs as the carried context (cost estimate)
+                ("est_prompt_tokens", pa.int64()),
+                ("est_completion_tokens", pa.int64()),
+                ("embed_s", pa.float64()),
+                ("segment_s", pa.float64()),
+                ("encode_s", pa.float64()),
+                ("organize_s", pa.float64()),
+                ("wall_s", pa.float64()),
+                ("backend", pa.string()),
+                ("model", pa.string()),
+                ("encode_mode", pa.string()),
+            ]
+        ),
+        "questions": pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("question_id", pa.string()),
+                ("question", pa.string()),
+                ("answer", pa.string()),
+                ("category", pa.string()),
+                ("evidence_turn_ids", strs),
+                ("question_date", pa.timestamp("s")),
+            ]
+        ),
+        # Input problems that have no conversation row of their own (a broken JSONL line, a
+        # duplicate id, a turn with no text): file, line and field, so nothing is silently lost.
+        "errors": pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("source_file", pa.string()),
+                ("line", pa.int64()),
+                ("field", pa.string()),
+                ("kind", pa.string()),
+                ("message", pa.string()),
+            ]
+        ),
+    }
+
+
+INGEST_TABLES = (
+    "conversations",
+    "turns",
+    "segments",
+    "records",
+    "nodes",
+    "record_nodes",
+    "build_stats",
+    "questions",
+    "errors",
+)
