@@ -1,0 +1,204 @@
+"""Stage 2b, segment: the online semantic segmenter (pure numpy, no I/O, no LLM).
+
+The math (`OnlineSegmenter`, `segment_exchanges`) works on arrays only; `SegmentStage` at the
+end applies it to a Conversation.
+
+It walks the exchanges x_1..x_T of one conversation in order and decides, before adding x_t to
+the open segment S_k, whether to close S_k first:
+
+    s_t = 1 - max(sim(e_t, c_k), sim(e_t, h_k))        surprise vs. centroid and last exchange
+    d_t = max(0, Coh(S_k) - Coh(S_k ∪ {x_t}))           cohesion drop
+    L_t = tokens(S_k ∪ {x_t}) / length_scale            length pressure
+    N_t = |S_k| / turn_scale                            turn-count pressure
+    p_t = sigmoid(b + w_s*phi(s_t) + w_c*d_t + w_l*L_t + w_n*N_t)
+
+and cuts when p_t > delta, or when adding x_t would exceed the hard token cap.
+
+Coh(S) is the mean pairwise cosine of S's (unit) embeddings. With the running sum v = Σ e_i,
+Σ_{i<j} e_i·e_j = (|v|² − n)/2, so Coh(S) = (|v|² − n) / (n(n − 1)): adding an exchange updates
+v in O(dim), with no pairwise recomputation. A one-exchange segment has no pairs; its cohesion
+drop is defined as 0 (surprise alone speaks for the second exchange).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import SegmenterConfig
+from .schemas import Segment
+from .stages import Stage
+from .tokens import count_many
+
+
+@dataclass(frozen=True)
+class Boundary:
+    start: int  # first exchange index of the segment
+    end: int  # one past the last exchange index
+    p: float  # p_t of the exchange that opened the next segment (1.0 at the end)
+    reason: str  # threshold | token_cap | session | end
+
+
+def cohesion(sum_vec: np.ndarray, n: int) -> float:
+    """Mean pairwise cosine of n unit vectors whose sum is `sum_vec` (0 for n < 2)."""
+    if n < 2:
+        return 0.0
+    return float((sum_vec @ sum_vec - n) / (n * (n - 1)))
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0
+
+
+def surprise_feature(s: float, center: float) -> float:
+    """phi(s): only surprise above the typical within-topic level counts, scaled to [0, 1]."""
+    return max(0.0, s - center) / (1.0 - center)
+
+
+class OnlineSegmenter:
+    """Incremental state of the open segment S_k. Feed exchanges in order with `step`."""
+
+    def __init__(self, cfg: SegmenterConfig):
+        self.cfg = cfg
+        self._sum: np.ndarray | None = None
+        self._n = 0
+        self._tokens = 0
+        self._last: np.ndarray | None = None
+        self._session = None
+
+    def boundary_probability(self, e: np.ndarray, n_tokens: int, session_changed: bool) -> float:
+        """p_t for adding exchange embedding `e` to the open segment (segment must be non-empty)."""
+        cfg = self.cfg
+        norm = math.sqrt(float(self._sum @ self._sum))
+        sim_centroid = float(e @ self._sum) / norm if norm > 0 else 0.0
+        sim_last = float(e @ self._last)
+        s = 1.0 - max(sim_centroid, sim_last)
+        new_sum = self._sum + e
+        d = max(0.0, cohesion(self._sum, self._n) - cohesion(new_sum, self._n + 1)) if self._n >= 2 else 0.0
+        length = (self._tokens + n_tokens) / cfg.length_scale_tokens
+        turns = self._n / cfg.turn_scale
+        logit = (
+            cfg.bias
+            + cfg.w_surprise * surprise_feature(s, cfg.surprise_center)
+            + cfg.w_cohesion * d
+            + cfg.w_length * length
+            + cfg.w_turns * turns
+        )
+        if session_changed and cfg.session_policy == "feature":
+            logit += cfg.w_session
+        return sigmoid(logit)
+
+    def step(self, e: np.ndarray, n_tokens: int, session) -> tuple[bool, float, str]:
+        """Decide whether to cut before this exchange, then add it. Returns (cut, p_t, reason)."""
+        cut, p, reason = False, 0.0, ""
+        if self._n > 0:
+            session_changed = session != self._session
+            p = self.boundary_probability(e, n_tokens, session_changed)
+            if session_changed and self.cfg.session_policy == "boundary":
+                cut, reason = True, "session"
+            elif self._tokens + n_tokens > self.cfg.token_cap:
+                cut, reason = True, "token_cap"
+            elif p > self.cfg.delta and self._n >= self.cfg.min_exchanges:
+                cut, reason = True, "threshold"
+        if cut:
+            self._reset()
+        self._add(e, n_tokens, session)
+        return cut, p, reason
+
+    def _reset(self):
+        self._sum, self._n, self._tokens, self._last = None, 0, 0, None
+
+    def _add(self, e: np.ndarray, n_tokens: int, session):
+        self._sum = e.astype(np.float64) if self._sum is None else self._sum + e
+        self._n += 1
+        self._tokens += n_tokens
+        self._last = e
+        self._session = session
+
+
+def segment_exchanges(
+    embeddings: np.ndarray, n_tokens: list[int] | np.ndarray, sessions: list, cfg: SegmenterConfig
+) -> tuple[list[Boundary], np.ndarray]:
+    """Segment one conversation. `embeddings` [T, d] are unit-norm exchange embeddings.
+
+    Returns the segments as Boundary(start, end) over exchange indexes, and p_t per exchange
+    (p_0 = 0; the first exchange always opens a segment)."""
+    T = len(embeddings)
+    probs = np.zeros(T, dtype=np.float64)
+    if T == 0:
+        return [], probs
+    seg = OnlineSegmenter(cfg)
+    emb = np.asarray(embeddings, dtype=np.float64)
+    bounds: list[Boundary] = []
+    start = 0
+    for t in range(T):
+        cut, p, reason = seg.step(emb[t], int(n_tokens[t]), sessions[t])
+        probs[t] = p
+        if cut:
+            bounds.append(Boundary(start, t, p, reason))
+            start = t
+    bounds.append(Boundary(start, T, 1.0, "end"))
+    return bounds, probs
+
+
+def fixed_windows(T: int, size: int) -> list[Boundary]:
+    """The fixed-window baseline: N exchanges per unit, ignoring content."""
+    return [Boundary(s, min(s + size, T), 1.0, "window") for s in range(0, T, size)]
+
+
+def exchange_embeddings(turn_embeddings: np.ndarray, exchanges: list[list[int]]) -> np.ndarray:
+    """An exchange's embedding is the re-normalized mean of its turns' embeddings.
+
+    This embeds every text once (turns) instead of twice (turns and exchanges)."""
+    if not exchanges:
+        return np.zeros((0, turn_embeddings.shape[1] if turn_embeddings is not None else 0), np.float32)
+    out = np.stack([turn_embeddings[idx].mean(axis=0) for idx in exchanges])
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return (out / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# Pipeline stage (applies the math above to a Conversation; still no I/O)
+# --------------------------------------------------------------------------------------------
+
+
+class SegmentStage(Stage):
+    """Cuts each conversation into the units the encoder calls the LLM on: semantic segments
+    (encoder.mode=segment), single exchanges (eager) or fixed windows (window)."""
+
+    name = "segment"
+
+    def __init__(self, seg_cfg: SegmenterConfig, mode: str = "segment", window_exchanges: int = 6):
+        self.cfg = seg_cfg
+        self.mode = mode
+        self.window = window_exchanges
+
+    def process(self, conv) -> None:
+        turn_tokens = count_many([t.text for t in conv.turns])
+        ex_tokens = [sum(turn_tokens[i] for i in ex) for ex in conv.exchanges]
+        T = len(conv.exchanges)
+        if self.mode == "eager":
+            bounds = [Boundary(b.start, b.end, 1.0, "eager") for b in fixed_windows(T, 1)]
+        elif self.mode == "window":
+            bounds = fixed_windows(T, self.window)
+        else:
+            emb = exchange_embeddings(conv.turn_embeddings, conv.exchanges)
+            sessions = [conv.turns[ex[0]].session_id for ex in conv.exchanges]
+            bounds, _ = segment_exchanges(emb, ex_tokens, sessions, self.cfg)
+        conv.segments = []
+        for k, b in enumerate(bounds):
+            ex_idx = list(range(b.start, b.end))
+            turn_idxs = [i for e in ex_idx for i in conv.exchanges[e]]
+            conv.segments.append(
+                Segment(
+                    segment_id=f"seg-{k:05d}",
+                    segment_idx=k,
+                    turn_idxs=turn_idxs,
+                    exchange_idxs=ex_idx,
+                    n_tokens=int(sum(ex_tokens[e] for e in ex_idx)),
+                    boundary_p=float(b.p),
+                    boundary_reason=b.reason,
+                )
+            )
