@@ -32,3 +32,6 @@ def ray_local():
     DataContext.get_current().enable_progress_bars = False
     yield ray
     ray.shutdown()
+
+
+from .support.fixtures import fake_openai, tiny_model_dir, vllm_server  # noqa: E402,F401  (LLM-path fixtures)

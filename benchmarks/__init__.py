@@ -1,0 +1,1 @@
+"""Speed and cost measurements (never timed asserts in the test suite)."""

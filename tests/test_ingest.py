@@ -1,0 +1,170 @@
+"""The ingest job end to end on a real local Ray, the real MiniLM model and DuckDB over the
+Parquet it writes: LoCoMo dev with the rules backend, bad input, and kill -9 + resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from lychee_ray.config import load_config
+from lychee_ray.pipeline import run_ingest
+from lychee_ray.store import open_store
+
+from .conftest import LOCOMO_PATH, REPO, requires_shared_data
+
+LOCAL = REPO / "configs" / "local.yaml"
+
+
+def local_cfg(*overrides):
+    return load_config(LOCAL, ["ray.progress_bars=false", *overrides])
+
+
+@pytest.fixture(scope="module")
+def locomo_store(tmp_path_factory, ray_local):
+    if not LOCOMO_PATH.exists():
+        pytest.skip("shared LoCoMo data not available")
+    out = tmp_path_factory.mktemp("locomo_store")
+    summary = run_ingest(local_cfg(), str(LOCOMO_PATH), str(out))
+    return out, summary
+
+
+@requires_shared_data
+def test_every_input_turn_is_in_turns_and_in_exactly_one_segment(locomo_store):
+    out, summary = locomo_store
+    assert summary.by_status == {"ok": 7} and summary.turns == 4124
+    n = duckdb.sql(f"select count(*) from read_parquet('{out}/turns/**/*.parquet')").fetchone()[0]
+    assert n == 4124
+    con = open_store(str(out)).con
+    # each turn id listed in exactly one segment, and that segment is the turn's segment_id
+    dup = con.execute(
+        "select count(*) from (select conversation_id, t, count(*) c from (select conversation_id, unnest(turn_ids) t from segments) group by 1, 2 having c != 1)"
+    ).fetchone()[0]
+    assert dup == 0
+    covered = con.execute("select count(*) from (select conversation_id, unnest(turn_ids) t from segments)").fetchone()[0]
+    assert covered == 4124
+    mismatch = con.execute(
+        """select count(*) from turns t join (select conversation_id, segment_id, unnest(turn_ids) turn_id from segments) s
+           using (conversation_id, turn_id) where t.segment_id != s.segment_id"""
+    ).fetchone()[0]
+    assert mismatch == 0
+
+
+@requires_shared_data
+def test_segments_are_near_the_papers_length_without_fragmentation(locomo_store):
+    out, _ = locomo_store
+    con = open_store(str(out)).con
+    mean, singles, n = con.execute(
+        "select avg(n_exchanges), avg(case when n_exchanges = 1 then 1.0 else 0 end), count(*) from segments"
+    ).fetchone()
+    assert 4.0 <= mean <= 8.0, mean  # paper: ~5.8 exchanges per segment
+    assert singles < 0.12, singles
+    assert con.execute("select max(n_tokens) from segments").fetchone()[0] <= 2 * 1024
+
+
+@requires_shared_data
+def test_records_cite_real_turns_and_carry_embeddings(locomo_store):
+    out, _ = locomo_store
+    con = open_store(str(out)).con
+    orphans = con.execute(
+        """select count(*) from (select conversation_id, unnest(source_turn_ids) turn_id from records) r
+           anti join turns t using (conversation_id, turn_id)"""
+    ).fetchone()[0]
+    assert orphans == 0
+    assert con.execute("select count(*) from records where embedding is null").fetchone()[0] == 0
+    assert con.execute("select count(distinct backend) , any_value(backend) from records").fetchone() == (1, "rules")
+    kinds = dict(con.execute("select kind, count(*) from nodes group by 1").fetchall())
+    assert set(kinds) == {"entity", "topic", "entity_topic", "time", "event_frame"}
+    # build_stats: one row per conversation, rules = no LLM calls but estimated tokens
+    stats = con.execute("select count(*), sum(llm_calls), min(encode_units), min(est_prompt_tokens) from build_stats").fetchone()
+    assert stats[0] == 7 and stats[1] == 0 and stats[2] > 0 and stats[3] > 0
+    assert con.execute("select count(*) from questions").fetchone()[0] == 1347
+
+
+@requires_shared_data
+def test_rerun_skips_complete_conversations(locomo_store, ray_local):
+    out, _ = locomo_store
+    before = open_store(str(out)).con.execute("select count(*) from records").fetchone()[0]
+    again = run_ingest(local_cfg(), str(LOCOMO_PATH), str(out))
+    assert again.resumed == 7 and again.conversations == 0
+    assert open_store(str(out)).con.execute("select count(*) from records").fetchone()[0] == before
+
+
+def write_jsonl(path: Path, objs):
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+
+
+def test_bad_input_is_recorded_and_the_rest_ingested(tmp_path, ray_local):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    conv = lambda cid, n=4: {"conversation_id": cid, "turns": [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Message {i} about gardening and tomatoes."} for i in range(n)]}
+    (inp / "a.jsonl").write_text(json.dumps(conv("c1")) + "\n{broken line\n" + json.dumps({"conversation_id": "empty", "turns": []}) + "\n")
+    write_jsonl(inp / "b.jsonl", [conv("c1", 6), conv("c2")])  # c1 again: a duplicate id
+    (inp / "c.json").write_text("not json at all")
+    (inp / "d.jsonl").write_bytes(json.dumps(conv("c3")).encode().replace(b"gardening", b"garden\xffing") + b"\n")
+    out = tmp_path / "out"
+    summary = run_ingest(local_cfg("store.conversations_per_file=2"), str(inp), str(out))
+    store = open_store(str(out))
+    rows = dict(store.con.execute("select conversation_id, status from conversations").fetchall())
+    assert rows["c1"] == "ok" and rows["c2"] == "ok" and rows["c3"] == "ok" and rows["empty"] == "empty"
+    dups = [cid for cid, st in rows.items() if st == "duplicate"]
+    assert len(dups) == 1 and dups[0].startswith("c1#dup-")
+    errors = store.con.execute("select kind, source_file, line from errors").fetchall()
+    kinds = {k for k, _, _ in errors}
+    assert {"bad_json", "duplicate_id", "bad_utf8"} <= kinds
+    assert (("bad_json", str(inp / "a.jsonl"), 2) in errors) and any(k == "bad_json" and f.endswith("c.json") for k, f, _ in errors)
+    # nothing silently dropped: the duplicate's turns are counted on its row, not ingested twice
+    assert store.con.execute("select count(*) from turns where conversation_id = 'c1'").fetchone()[0] in (4, 6)
+    assert store.con.execute("select n_turns from conversations where status = 'duplicate'").fetchone()[0] in (4, 6)
+    assert summary.by_status["error"] == 2
+
+
+def test_kill_minus_9_then_resume_gives_complete_duplicate_free_tables(tmp_path, ray_local):
+    """A driver killed mid-run, rerun: complete tables, no duplicate rows, the same record ids as
+    a run that was never interrupted."""
+    if not LOCOMO_PATH.exists():
+        pytest.skip("shared LoCoMo data not available")
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for conv in json.loads(LOCOMO_PATH.read_text())[:4]:
+        (inp / f"{conv['sample_id']}.json").write_text(json.dumps([conv]))
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "lychee_ray.cli", "ingest", "--config", str(LOCAL), "--input", str(inp), "--out", str(killed),
+           "--set", "store.conversations_per_file=1", "--set", "ray.progress_bars=false", "--set", "ray.num_cpus=2"]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 400
+    while time.time() < deadline and proc.poll() is None:
+        if len(list((killed / "_commits").glob("*.json"))) >= 1 if (killed / "_commits").exists() else False:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "ingest finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the local Ray it started
+    proc.wait()
+    committed_before = len(list((killed / "_commits").glob("*.json")))
+    assert 1 <= committed_before < 4
+
+    resumed = run_ingest(local_cfg("store.conversations_per_file=1"), str(inp), str(killed))
+    assert resumed.resumed == committed_before
+    clean = tmp_path / "clean"
+    run_ingest(local_cfg("store.conversations_per_file=1"), str(inp), str(clean))
+
+    a, b = open_store(str(killed)).con, open_store(str(clean)).con
+    for table, key in (("conversations", "conversation_id"), ("turns", "conversation_id, turn_id"), ("segments", "conversation_id, segment_id"), ("records", "record_id"), ("nodes", "node_id")):
+        n, distinct = a.execute(f"select count(*), count(distinct ({key})) from {table}").fetchone()
+        assert n == distinct, f"duplicate rows in {table}"
+        assert n == b.execute(f"select count(*) from {table}").fetchone()[0], table
+    ids_a = {r[0] for r in a.execute("select record_id from records").fetchall()}
+    ids_b = {r[0] for r in b.execute("select record_id from records").fetchall()}
+    assert ids_a == ids_b
+    # no debris of the killed run is visible as data
+    n_files = duckdb.sql(f"select count(*) from read_parquet('{killed}/turns/*.parquet')").fetchone()[0]
+    assert n_files == b.execute("select count(*) from turns").fetchone()[0]

@@ -1,0 +1,194 @@
+"""Tests for benchmarks.synth_archive: format, determinism and id/evidence consistency."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from benchmarks import synth_archive as sa
+
+from .conftest import LOCOMO_PATH as SRC
+from .conftest import requires_shared_data
+
+pytestmark = requires_shared_data
+
+SESSION_RE = re.compile(r"^session_(\d+)$")
+DIA_RE = re.compile(r"^D(\d+):(\d+)$")
+STAMP_RE = re.compile(r"^(1[0-2]|[1-9]):[0-5]\d (am|pm) on ([1-9]|[12]\d|3[01]) [A-Z][a-z]+, \d{4}$")
+
+
+@pytest.fixture(scope="module")
+def source() -> list[dict]:
+    return json.loads(SRC.read_text())
+
+
+@pytest.fixture(scope="module")
+def archive(source) -> list[dict]:
+    return sa.make_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+
+
+def _sessions(conv: dict) -> list[int]:
+    return sorted(int(m.group(1)) for k in conv["conversation"] if (m := SESSION_RE.match(k)))
+
+
+def test_n_honored_and_ids_unique(archive):
+    assert len(archive) == 60
+    ids = [c["sample_id"] for c in archive]
+    assert len(set(ids)) == 60
+    assert ids[42] == "synth-000042"
+
+
+def test_original_format_keys(archive, source):
+    assert set(archive[0]) == set(source[0])  # same top-level keys as the LoCoMo file
+    for conv in archive:
+        c = conv["conversation"]
+        n = _sessions(conv)
+        assert n == list(range(1, len(n) + 1)), "sessions must be numbered 1..k without gaps"
+        assert 2 <= len(n) <= 5
+        expected = {"speaker_a", "speaker_b"} | {f"session_{i}" for i in n} | {f"session_{i}_date_time" for i in n}
+        assert set(c) == expected
+        for i in n:
+            assert STAMP_RE.match(c[f"session_{i}_date_time"]), c[f"session_{i}_date_time"]
+            for turn in c[f"session_{i}"]:
+                assert turn["speaker"] in (c["speaker_a"], c["speaker_b"])
+
+
+def test_deterministic_for_a_seed_and_seed_matters(archive):
+    again = sa.make_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+    assert json.dumps(again, sort_keys=True) == json.dumps(archive, sort_keys=True)
+    other = sa.make_archive(SRC, 60, seed=8, sessions_per_conversation=(2, 5))
+    assert json.dumps(other, sort_keys=True) != json.dumps(archive, sort_keys=True)
+
+
+def test_prefix_stable_in_n(archive):
+    # Conversation i depends on (seed, i) only, so a small archive is a prefix of a large one.
+    small = sa.make_archive(SRC, 10, seed=7, sessions_per_conversation=(2, 5))
+    assert small == archive[:10]
+
+
+def test_dia_ids_renumbered_consistently_and_unique(archive):
+    for conv in archive:
+        c = conv["conversation"]
+        seen = set()
+        for i in _sessions(conv):
+            for k, turn in enumerate(c[f"session_{i}"], start=1):
+                assert turn["dia_id"] == f"D{i}:{k}"
+                assert turn["dia_id"] not in seen
+                seen.add(turn["dia_id"])
+
+
+def test_turns_are_the_source_sessions(archive, source):
+    by_id = {c["sample_id"]: c for c in source}
+    plans = sa.plan_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+    for conv, plan in zip(archive, plans):
+        assert conv["sample_id"] == plan.sample_id
+        src = by_id[plan.source_id]["conversation"]
+        assert (conv["conversation"]["speaker_a"], conv["conversation"]["speaker_b"]) == (
+            src["speaker_a"], src["speaker_b"])
+        assert list(plan.source_sessions) == sorted(plan.source_sessions)
+        for new_n, old_n in enumerate(plan.source_sessions, start=1):
+            new_turns = conv["conversation"][f"session_{new_n}"]
+            old_turns = src[f"session_{old_n}"]
+            strip = lambda ts: [{k: v for k, v in t.items() if k != "dia_id"} for t in ts]  # noqa: E731
+            assert strip(new_turns) == strip(old_turns)
+
+
+def test_session_dates_increase_and_are_shifted_by_whole_weeks(archive, source):
+    by_id = {c["sample_id"]: c for c in source}
+    plans = sa.plan_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+    moved = 0
+    for conv, plan in zip(archive, plans):
+        c = conv["conversation"]
+        dates = [sa.parse_stamp(c[f"session_{i}_date_time"]) for i in _sessions(conv)]
+        assert all(a < b for a, b in zip(dates, dates[1:])), dates
+        assert plan.shift_days % 7 == 0
+        src = by_id[plan.source_id]["conversation"]
+        for new_n, old_n in enumerate(plan.source_sessions, start=1):
+            old = sa.parse_stamp(src[f"session_{old_n}_date_time"])
+            new = dates[new_n - 1]
+            assert (new - old).days == plan.shift_days and new.time() == old.time()
+            assert new.weekday() == old.weekday()
+        moved += plan.shift_days != 0
+    assert moved > 50  # dates really are new
+
+
+def test_evidence_remapped_and_exists(archive, source):
+    by_id = {c["sample_id"]: c for c in source}
+    plans = sa.plan_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+    total = 0
+    for conv, plan in zip(archive, plans):
+        c = conv["conversation"]
+        text_of = {t["dia_id"]: t["text"] for i in _sessions(conv) for t in c[f"session_{i}"]}
+        src = by_id[plan.source_id]
+        src_text = {t["dia_id"]: t["text"] for k, v in src["conversation"].items()
+                    if SESSION_RE.match(k) for t in v}
+        # Every source QA whose evidence lies in the chosen sessions is kept, and only those.
+        chosen = set(plan.source_sessions)
+
+        def in_chosen(ev):
+            ms = [DIA_RE.match(e) for e in ev]
+            return bool(ev) and all(m and int(m.group(1)) in chosen and e in src_text for m, e in zip(ms, ev))
+
+        expected = [q for q in src["qa"] if in_chosen(q.get("evidence") or [])]
+        assert len(conv["qa"]) == len(expected)
+        for q, q_src in zip(conv["qa"], expected):
+            assert q["question"] == q_src["question"] and q["category"] == q_src["category"]
+            assert q.get("answer") == q_src.get("answer")
+            assert q.get("adversarial_answer") == q_src.get("adversarial_answer")
+            assert q["evidence"], "empty evidence is never carried over"
+            for new_id, old_id in zip(q["evidence"], q_src["evidence"]):
+                assert new_id in text_of
+                assert text_of[new_id] == src_text[old_id]  # remap points at the same turn
+        total += len(conv["qa"])
+    assert total > 0
+
+
+def test_side_annotations_remapped(archive):
+    for conv in archive:
+        c = conv["conversation"]
+        ids = {t["dia_id"] for i in _sessions(conv) for t in c[f"session_{i}"]}
+        k = len(_sessions(conv))
+        assert set(conv["session_summary"]) == {f"session_{i}_summary" for i in range(1, k + 1)}
+        assert set(conv["observation"]) == {f"session_{i}_observation" for i in range(1, k + 1)}
+        for i in range(1, k + 1):
+            day = sa.parse_stamp(c[f"session_{i}_date_time"])
+            assert conv["event_summary"][f"events_session_{i}"]["date"] == (
+                f"{day.day} {sa.MONTHS[day.month - 1]}, {day.year}")
+        for obs in conv["observation"].values():
+            for facts in obs.values():
+                for _, ref in facts:
+                    refs = ref if isinstance(ref, list) else [ref]
+                    assert refs and all(r in ids for r in refs)
+
+
+def test_stamp_roundtrip_and_summary_date_rewrite():
+    for stamp in ("1:56 pm on 8 May, 2023", "12:06 am on 11 November, 2022", "12:30 pm on 1 June, 2020"):
+        assert sa.format_stamp(sa.parse_stamp(stamp)) == stamp
+    old, new = sa.parse_stamp("1:56 pm on 8 May, 2023"), sa.parse_stamp("1:56 pm on 21 June, 2025")
+    text = "They met on 8 May, 2023. Later, on 8th May 2023, and May 8, 2023 again; 9 May, 2023 stays."
+    assert sa._rewrite_dates(text, old, new) == (
+        "They met on 21 June, 2025. Later, on 21st June 2025, and June 21, 2025 again; 9 May, 2023 stays.")
+
+
+def test_bad_arguments(source):
+    with pytest.raises(ValueError):
+        sa.make_archive(source, -1, seed=0)
+    with pytest.raises(ValueError):
+        sa.make_archive(source, 1, seed=0, sessions_per_conversation=(4, 3))
+    with pytest.raises(ValueError, match="no source conversation"):
+        sa.make_archive(source, 1, seed=0, sessions_per_conversation=(99, 100))
+    assert sa.make_archive(source, 0, seed=0) == []
+
+
+def test_cli_json_and_jsonl(tmp_path):
+    out_json, out_jsonl = tmp_path / "a.json", tmp_path / "b.jsonl"
+    assert sa.main(["--src", str(SRC), "--n", "5", "--seed", "3", "--out", str(out_json), "--sessions", "3", "4"]) == 0
+    assert sa.main(["--src", str(SRC), "--n", "5", "--seed", "3", "--out", str(out_jsonl), "--sessions", "3", "4"]) == 0
+    as_list = json.loads(out_json.read_text())
+    lines = out_jsonl.read_text().splitlines()
+    assert len(lines) == 5 and [json.loads(line) for line in lines] == as_list
+    assert as_list == sa.make_archive(SRC, 5, seed=3, sessions_per_conversation=(3, 4))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temp files left behind"
+    assert sa.main(["--src", str(tmp_path / "missing.json"), "--n", "1", "--out", str(tmp_path / "x.json")]) == 2
