@@ -26,7 +26,7 @@ def _answers(out_dir: str) -> duckdb.DuckDBPyConnection:
     files = sorted(str(p) for p in (Path(out_dir) / "answers").glob("part-*.parquet"))
     if not files:
         raise FileNotFoundError(f"no answers under {out_dir}/answers")
-    con.execute("create view answers as select * from read_parquet(?)", [files])
+    con.read_parquet(files).create_view("answers")  # DDL cannot take parameters; a relation can
     return con
 
 

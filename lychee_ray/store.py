@@ -753,7 +753,8 @@ class Store:
         self._bm25: OrderedDict[tuple[str, str], _Bm25Index] = OrderedDict()
         self._bm25_cache_size = bm25_cache_size
         schemas = table_schemas(self.dim)
-        self._cols = {t: [f.name for f in s if f.name != "embedding"] for t, s in schemas.items()}
+        # embeddings are returned too: retrieval needs them for MMR diversity
+        self._cols = {t: [f.name for f in s] for t, s in schemas.items()}
         self._list_cols = {
             t: {f.name for f in s if pa.types.is_list(f.type)} for t, s in schemas.items()
         }
