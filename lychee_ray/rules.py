@@ -76,6 +76,7 @@ _ROLE_SPEAKERS = frozenset({"user", "assistant", "human", "system", "bot", "ai"}
 _MONTH_WEEKDAY = frozenset(
     [m.lower() for m in MONTH_NAMES]
     + "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday".split()
+    + "mon tue tues wed thu thur thurs fri sat sun".split()
 )
 _ENTITY_STOP = (
     STOPWORDS
@@ -84,7 +85,11 @@ _ENTITY_STOP = (
     | frozenset(
         """i i'm i've i'd i'll mom dad mum mama papa grandma grandpa today yesterday tomorrow tonight
         last next this week weekend month year summer winter spring fall autumn anyway btw by the way
-        guess maybe please sorry god gee yeah nah omg lol oh hey hi hello thanks thank wow""".split()
+        guess maybe please sorry god gee yeah nah omg lol oh hey hi hello thanks thank wow let let's whenever
+        wherever sometimes think hope bet hang plus honestly luckily hopefully actually yep yup nope sure cool nice
+        great awesome aw sounds gotta haha congrats congratulations good bad best love miss glad happy proud ok
+        okay welcome cheers take keep check look remember enjoy dear totally definitely absolutely exactly seriously
+        wish home speaking talking wait ugh yay""".split()
     )
 )
 
@@ -162,7 +167,8 @@ _WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9'+-]*")
 _ANAPHOR_START_RE = re.compile(r"^\W*(?:it|that|this|they|those|these|he|she|there|which|so\s+it|and\s+it|but\s+it)\b", re.I)
 # A dot only inside a word ("St.Louis"), so "Caroline. Taking" is two spans.
 _CAP_WORD = r"[A-Z](?:[\w'&+-]|\.(?=\w))*"
-_CAP_SPAN_RE = re.compile(rf"{_CAP_WORD}(?:\s+(?:(?:of|the|and|de|la|van|von|&)\s+)?{_CAP_WORD})*")
+_CAP_SPAN_RE = re.compile(rf"{_CAP_WORD}(?:\s+(?:(?:of|the|and|de|la|van|von|&)\s+){{0,2}}{_CAP_WORD})*")
+_PHOTO_OF_RE = re.compile(r"\[image:\s*(?:a\s+)?(?:photo|photograph|photography|picture|pic|close up|closeup|screenshot)\s+of\b", re.I)
 _QUOTED_RE = re.compile(r'"([^"\n]{2,60})"')
 _SENT_START_BEFORE_RE = re.compile(r"(?:^|[.!?:;\"(\[]\s*|\n\s*)$")
 
@@ -176,7 +182,7 @@ _NEXT_WORD_RE = re.compile(rf"(\s+)(?:((?i:{_ADVERBS}))(\s+))?([A-Za-z']+)")
 _KEEP_SECOND_RE = re.compile(r"\s+(?:know\b(?=\s*(?:[,.!?]|$))|guys\b|all\b)", re.I)
 _KEEP_SECOND_BEFORE_RE = re.compile(r"(?i:\b(?:thank|thanks|see|bless)\s+)$")
 _CONJ_OK = frozenset(
-    "and but so because cause that when if as since while then now though although where who what how why until once think "
+    "and but so because cause that when whenever wherever if as since while then now though although where who what how why until once think "
     "guess hope know believe feel bet said say mean maybe and".split()
 )
 _PRESENT_VERBS = frozenset(
@@ -258,6 +264,8 @@ def content_words(text: str, names: Iterable[str] = ()) -> list[str]:
         t = _norm_token(tok)
         if len(t) < 2 and not t.isdigit() or t in STOPWORDS or t in FILLERS or t in skip:
             continue
+        if tok[0].isupper() and _is_name_prefix(t, skip):  # "Mel" for Melanie
+            continue
         out.append(t)
     return out
 
@@ -309,11 +317,30 @@ def _fallback_topic(words: Sequence[str]) -> list[str]:
     ]  # fmt: skip
     if not cands:
         return []
-    best = max(cands, key=len)  # max keeps the first of equal length
-    return [best[:-1] if best.endswith("s") and not best.endswith("ss") else best]
+    for w in sorted(cands, key=len, reverse=True):  # stable: the first of equal length wins
+        single = _singular(w)
+        if single not in _NOT_TOPICS and single not in _PRESENT_VERBS:
+            return [single]
+    return []
 
 
-_NOT_TOPICS = frozenset("talk chat chatted chatting tell told stay doing done start started help helps helped lots".split())
+def _singular(w: str) -> str:
+    if w.endswith("ies") and len(w) > 4:
+        return w[:-3] + "y"
+    if w.endswith(("oes", "xes", "ches", "shes")) and len(w) > 4:
+        return w[:-2]
+    if w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 3:
+        return w[:-1]
+    return w
+
+
+_NOT_TOPICS = frozenset(
+    """talk chat chatted chatting tell told stay doing done start started help helps helped lots difference long
+    important tough wait positive later adorable proud special hard easy big small new old little best better worse
+    give make time together everyone people idea blast moment challenge happiness lucky huge whole true real sure
+    probably able worth tiny cozy crazy wild awesome amazing glad right left kind mind minds thing ways work
+    experience word words forward around busy check luck favorite""".split()
+)
 
 
 def display_name(speaker: str) -> str:
@@ -475,38 +502,49 @@ class _EntityIndex:
 
 def _clean_entity(span: str) -> str:
     span = re.sub(r"'s$|'$", "", span.strip(" .,'-+&"))
+    span = re.sub(r"^(?:the|a|an)\s+", "", span, flags=re.I)  # "The Expanse" and "Expanse" are one entity
     return " ".join(span.split())
 
 
+_AND_SPLIT_RE = re.compile(r"\s+(?:and|&)\s+")
+
+
+def _span_names(words: list[str], at_start: bool, index: _EntityIndex) -> list[str]:
+    """Names in one capitalized span; "Josh and Mark" is two."""
+    if at_start and words and index.lookup(_clean_entity(words[0])) is None:
+        first = _clean_entity(words[0]).lower()
+        # A sentence-initial word is only capitalized by position: keep it only as part of a
+        # longer name that does not start with an ordinary word ("Kingkiller Chronicle").
+        if len(words) == 1 or first in _ENTITY_STOP or first.endswith(("ing", "ed", "ly", "'s")):
+            words = words[1:]
+    out = []
+    for part in _AND_SPLIT_RE.split(" ".join(words)):
+        ws = part.split()
+        while ws and _clean_entity(ws[0]).lower() in _ENTITY_STOP:
+            ws = ws[1:]
+        while ws and _clean_entity(ws[-1]).lower() in _ENTITY_STOP:
+            ws = ws[:-1]
+        name = _clean_entity(" ".join(ws))
+        if len(name) >= 2 and name.lower() not in _ENTITY_STOP:
+            out.append(index.lookup(name) or name)
+    return out
+
+
 def extract_entities(text: str, index: _EntityIndex) -> list[str]:
-    """Capitalized spans (a sentence-initial word only when it is a known name), quoted titles,
-    and known names in any case; aliases map to their participant."""
+    """Capitalized spans (a sentence-initial word only when it is a known name or starts a
+    longer name), quoted titles, and known names in any case; aliases map to their participant."""
     found: list[tuple[int, str]] = []
     for m in _CAP_SPAN_RE.finditer(text):
-        words = m.group(0).split()
-        offset = m.start()
-        if _at_sentence_start(text, m.start()):
-            # Drop sentence-initial words that are not names ("Last Friday", "Thanks Mel" -> "Mel").
-            while words and index.lookup(_clean_entity(words[0])) is None and (len(words) == 1 or _clean_entity(words[0]).lower() in _ENTITY_STOP or words[0][0].isupper()):
-                offset += len(words[0]) + 1
-                words = words[1:]
-                break
-        while words and _clean_entity(words[0]).lower() in _ENTITY_STOP:
-            words = words[1:]
-        while words and _clean_entity(words[-1]).lower() in _ENTITY_STOP:
-            words = words[:-1]
-        name = _clean_entity(" ".join(words))
-        if not name or name.lower() in _ENTITY_STOP or len(name) < 2:
-            continue
-        found.append((offset, index.lookup(name) or name))
+        for name in _span_names(m.group(0).split(), _at_sentence_start(text, m.start()), index):
+            found.append((m.start(), name))
     for m in _QUOTED_RE.finditer(text):
         title = _clean_entity(m.group(1))
         if title and len(title.split()) <= 8:
             found.append((m.start(), title))
-    lowered = [_norm_token(t) for t in _WORD_RE.findall(text)]
-    for tok in lowered:  # known names written in lower case ("mel", "caroline")
-        if tok in index.canonical:
-            found.append((len(text), index.canonical[tok]))
+    for tok in _WORD_RE.findall(text):  # participants written in lower case ("mel", "caroline")
+        hit = index.canonical.get(_norm_token(tok))
+        if hit and hit in index.participants:
+            found.append((len(text), hit))
     found.sort(key=lambda x: x[0])
     out: list[str] = []
     seen: set[str] = set()
@@ -571,7 +609,7 @@ def _turn_units(turn: Turn, names: frozenset[str]) -> tuple[list[_Unit], list[st
     return units, questions
 
 
-def _is_name_prefix(word: str, names: frozenset[str]) -> bool:
+def _is_name_prefix(word: str, names) -> bool:
     return len(word) >= 3 and any(n.startswith(word) for n in names)
 
 
@@ -651,8 +689,8 @@ class RulesEncoder:
                 entities.append(e)
         if other and other.lower() not in _ROLE_SPEAKERS and other not in entities and re.search(rf"\b{re.escape(display_name(other))}\b", text):
             entities.append(other)
-        words = content_words(u.text, ())
-        topics = topics_for(words) or _fallback_topic(content_words(u.text, index.canonical))
+        topic_text = _PHOTO_OF_RE.sub(" ", u.text)  # every caption starts "a photo of": not a topic
+        topics = topics_for(content_words(topic_text, ())) or _fallback_topic(content_words(topic_text, index.canonical))
         if times:
             time = to_normalized(times[0])
         else:

@@ -24,12 +24,17 @@ Writes are idempotent and resumable:
 - If a conversation is committed by more than one batch (it was redone, e.g. after an error), the
   newest commit wins and the older batch's rows of that conversation are filtered out of the views.
 
-Reading: rows are sorted by conversation_id in small row groups, so ``conversation_id = $cid`` is
-pushed into the Parquet scan and DuckDB skips every other conversation's row groups from their
-min/max statistics (benchmarks/bench_store.py measures what that buys). Parquet has no
-fixed-size list type, so DuckDB reads the embedding column back as FLOAT[]; each view casts it to
-FLOAT[d]. All query helpers bind user input as parameters; the only text formatted into SQL is
-this module's own table and column names and the integer dimension.
+Reading: each view reads exactly the files the commits list (never a glob). Rows are sorted by
+conversation_id in small row groups, so ``conversation_id = $cid`` is pushed into the Parquet
+scan: DuckDB skips row groups whose min/max exclude the conversation and does not decode the
+embeddings of row batches without a match. benchmarks/bench_store.py measures it: at 1,000
+conversations one question's channel queries take ~150 ms pruned against ~5 s with the filter
+above the scan; a shuffled file loses nearly all of it even with pushdown, so the sort is what
+matters. Parquet has no fixed-size list and no second-resolution timestamp, so files read back
+as FLOAT[] and TIMESTAMP_MS; each view casts them to FLOAT[d] and TIMESTAMP. All query helpers
+bind user input as parameters; the only text formatted into SQL is this module's own table and
+column names and the integer dimension. A `Store` holds one DuckDB connection: use it from one
+thread at a time (open one Store per worker or thread).
 
 Extensions (checked on this machine, duckdb 2.0.1, no internet except PyPI):
 - ``INSTALL fts`` / ``INSTALL vss`` fail: the download from the extension repository is refused.
@@ -774,10 +779,17 @@ class Store:
         self.close()
 
     def sql(self, query: str, params: dict | list | None = None) -> list[dict]:
-        """Run a parameterized query against the views; rows as dicts."""
-        cur = self.con.execute(query, params or {})
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        """Run a parameterized query against the views; rows as dicts. FLOAT[d] cells come back
+        as float32 numpy rows (views into one [n, d] array), not as lists of Python floats."""
+        result = self.con.sql(query, params=params or {}).to_arrow_table()
+        columns = {}
+        for name, col in zip(result.column_names, result.columns):
+            if pa.types.is_fixed_size_list(col.type):
+                columns[name] = _fixed_list_rows(col.combine_chunks(), col.type.list_size)
+            else:
+                columns[name] = col.to_pylist()
+        names = list(columns)
+        return [dict(zip(names, cells)) for cells in zip(*columns.values())]
 
     def _conv_eq(self, alias: str) -> str:
         """The conversation predicate every helper uses; a plain comparison, pushed into the scan."""
@@ -830,8 +842,12 @@ class Store:
     # -- channels --------------------------------------------------------------------------------
     def vector_topk(self, table: str, conversation_id: str, query_vec, k: int,
                     where: dict | None = None) -> list[dict]:
-        """Top-k rows of one conversation by cosine similarity (exact), best first, as dicts + score."""
+        """Top-k rows of one conversation by cosine similarity (exact), best first, as dicts + score.
+        `where` is {column: value}: a scalar means equality, a list membership, and on a list
+        column (entities, topics, source_turn_ids) any overlap; values are bound, columns checked."""
         id_col = self._check_table(table, VECTOR_TABLES)
+        if k <= 0:
+            return []
         params = {"cid": conversation_id, "q": self._query_vector(query_vec), "k": int(k)}
         extra = self._where(table, "t", where, params)
         query = (
@@ -986,6 +1002,18 @@ class Store:
         emb = result.column("embedding").combine_chunks()
         flat = emb.values.to_numpy(zero_copy_only=False) if len(emb) else np.zeros(0, np.float32)
         return result.column("id").to_pylist(), flat.astype(np.float32, copy=False).reshape(-1, self.dim)
+
+
+def _fixed_list_rows(arr: pa.FixedSizeListArray, dim: int) -> list:
+    """One float32 row view per cell (None for NULL) over a single copy of the values."""
+    if len(arr) == 0:
+        return []
+    flat = arr.flatten() if arr.null_count == 0 else arr.values[arr.offset * dim:(arr.offset + len(arr)) * dim]
+    mat = flat.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(arr), dim)
+    if arr.null_count == 0:
+        return list(mat)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    return [mat[i] if valid[i] else None for i in range(len(arr))]
 
 
 def _relation(con, fs: pafs.FileSystem, base: str, files: list[str], schema: pa.Schema, keep: list):

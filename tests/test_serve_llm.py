@@ -125,15 +125,6 @@ def test_dump_writes_the_config_without_ray(tmp_path, capsys):
     assert "404" in capsys.readouterr().err
 
 
-def test_deploy_task_pickles_without_lychee_ray():
-    # The task runs on GPU nodes, whose environment is ray[llm] without the package.
-    import cloudpickle
-
-    blob = cloudpickle.dumps(sl._deploy_on_llm_node)
-    assert b"lychee_ray" not in blob
-    assert b"build_openai_app" in blob
-
-
 def test_placement_group_config_passes_ray_validation():
     placement = pytest.importorskip("ray.llm._internal.common.placement")
     _, llm = _app(sl.build_serve_llm_config(load_config(CONFIGS / "cluster.yaml")))
