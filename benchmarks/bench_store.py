@@ -262,7 +262,7 @@ def bench_scale(n: int, rg: int, work: str, args, full: bool, notes: list[str]) 
             rows.append((n, rg, "no row-group stats", args.questions, measure(store, args.questions)))
         slow_q = args.questions if n < 1000 else args.slow_questions
         with open_store(sorted_dir, cfg) as store:
-            store.con.execute("SET disabled_optimizers = 'filter_pushdown'")
+            store.con.execute("SET GLOBAL disabled_optimizers = 'filter_pushdown'")
             rows.append((n, rg, "no pushdown", slow_q, measure(store, slow_q)))
     shutil.rmtree(sorted_dir)
     if full and n <= 100:

@@ -38,6 +38,7 @@ from .timeparse import (
     MONTH_NAMES,
     TimeExpr,
     find_time_expressions,
+    format_day,
     parse_source_datetime,
     resolve_question_window,
     to_normalized,
@@ -163,14 +164,15 @@ _QUOTES = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"', "\u00a0
 _CAPTION_RE = re.compile(r"\s*\[image:\s*([^\]]*)\]")
 _SENT_SPLIT_RE = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\s*\n+\s*")
 _ABBREV_END_RE = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|approx|e\.g|i\.e|a\.m|p\.m)\.|\b[A-Z]\.)$", re.I)
+_LIST_NUMBER_RE = re.compile(r"(?:^|\s)(\d{1,2}[.)])$")  # "1." of a numbered list starts the next item
 _WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9'+-]*")
 _ANAPHOR_START_RE = re.compile(r"^\W*(?:it|that|this|they|those|these|he|she|there|which|so\s+it|and\s+it|but\s+it)\b", re.I)
 # A dot only inside a word ("St.Louis"), so "Caroline. Taking" is two spans.
 _CAP_WORD = r"[A-Z](?:[\w'&+-]|\.(?=\w))*"
-_CAP_SPAN_RE = re.compile(rf"{_CAP_WORD}(?:\s+(?:(?:of|the|and|de|la|van|von|&)\s+){{0,2}}{_CAP_WORD})*")
+_CAP_SPAN_RE = re.compile(rf"(?<![\w'-]){_CAP_WORD}(?:\s+(?:(?:of|the|and|de|la|van|von|&)\s+){{0,2}}{_CAP_WORD})*")
 _PHOTO_OF_RE = re.compile(r"\[image:\s*(?:a\s+)?(?:photo|photograph|photography|picture|pic|close up|closeup|screenshot)\s+of\b", re.I)
 _QUOTED_RE = re.compile(r'"([^"\n]{2,60})"')
-_SENT_START_BEFORE_RE = re.compile(r"(?:^|[.!?:;\"(\[]\s*|\n\s*)$")
+_SENT_START_BEFORE_RE = re.compile(r"(?:^|[.!?:;\"(\[*#>]\s*|\n\s*|^\s*[-•]\s+)$")  # also list bullets, markdown
 
 # "-" in the guards: "me-time" is not "me".
 _FIRST_RE = re.compile(r"(?<![\w'-])(?:(?P<s>I|i)(?:'(?P<c>m|ve|d|ll))?|(?P<o>(?i:me|my|mine|myself)))(?![\w'-])")
@@ -227,6 +229,19 @@ _ED_NOT_PAST = frozenset(
 _ED_ADJ_CUES = frozenset(
     "is am are was were be been being so very really too feel feels felt feeling get gets got getting i'm it's that's super pretty totally im kinda quite".split()
 )
+_INTERROGATIVE_RE = re.compile(
+    r"^\W*(?:(?:hey|hi|so|and|but|oh|wow|well|btw|also|anyway|ok|okay|[A-Z][a-z]+),?\s+)?"
+    r"(?:what|what's|whats|how|how's|why|when|where|who|whose|which|did|do|does|don't|have|has|had|are|is|was|were|can|could"
+    r"|would|will|should|any|anything|ever|wanna|want|you|your|got|is|isn't|aren't|didn't|doesn't|haven't|care|mind|need|tell)\b",
+    re.I,
+)
+_RHETORICAL_RE = re.compile(r"^\W*(?:guess|you\s+know)\s+what\b", re.I)
+# "I just launched ...", "currently reading": said on the session day, the best date there is.
+_RECENT_CUE_RE = re.compile(
+    rf"\bjust\s+(?!(?:wanted|needed|wondered|thought|meant|felt)\b)(?:(?:{'|'.join(sorted(_IRREGULAR_PAST))})\b|[a-z]{{3,}}ed\b)"
+    r"|\bcurrently\b|\bright\s+now\b|\bat\s+the\s+moment\b",
+    re.I,
+)
 _WHEN_Q_RE = re.compile(r"^\W*(?:when\b|what\s+(?:date|day|year|month|time)\b|which\s+(?:date|day|year|month)\b|in\s+what\s+year\b|on\s+what\s+date\b)", re.I)
 
 
@@ -246,8 +261,13 @@ def split_sentences(text: str) -> list[str]:
             continue
         if out and _ABBREV_END_RE.search(out[-1]):
             out[-1] = f"{out[-1]} {piece}"
-        else:
-            out.append(piece)
+            continue
+        if out and (num := _LIST_NUMBER_RE.search(out[-1])):  # "Options: 1." + "Check ..." -> "1. Check ..."
+            piece = f"{num.group(1)} {piece}"
+            out[-1] = out[-1][: num.start()].rstrip()
+            if not out[-1]:
+                out.pop()
+        out.append(piece)
     return out
 
 
@@ -535,6 +555,8 @@ def extract_entities(text: str, index: _EntityIndex) -> list[str]:
     longer name), quoted titles, and known names in any case; aliases map to their participant."""
     found: list[tuple[int, str]] = []
     for m in _CAP_SPAN_RE.finditer(text):
+        if text[max(0, m.start() - 2) : m.start()] == "**" or (text[m.end() : m.end() + 1] == ":" and _at_sentence_start(text, m.start())):
+            continue  # a markdown heading ("**Strength Training**:"), not a name
         for name in _span_names(m.group(0).split(), _at_sentence_start(text, m.start()), index):
             found.append((m.start(), name))
     for m in _QUOTED_RE.finditer(text):
@@ -567,7 +589,12 @@ class _Unit:
 
 
 def _is_question(sentence: str) -> bool:
-    return sentence.rstrip(" \"')]").endswith("?")
+    """A question addressed to the other speaker. Declarative sentences that end in "?"
+    ("We're going to a game next Sunday, want to join?") and rhetorical "Guess what I did
+    this week?" carry facts and are kept as statements."""
+    if not sentence.rstrip(" \"')]").endswith("?"):
+        return False
+    return bool(_INTERROGATIVE_RE.match(sentence)) and not _RHETORICAL_RE.match(sentence)
 
 
 def _turn_units(turn: Turn, names: frozenset[str]) -> tuple[list[_Unit], list[str]]:
@@ -618,6 +645,11 @@ def _turn_date(turn: Turn) -> date | None:
     return dt.date() if dt else None
 
 
+def _session_expr(cue: re.Match, anchor: date) -> TimeExpr:
+    iso = anchor.isoformat()
+    return TimeExpr(iso, iso, "day", cue.group(0), cue.span(), True, format_day(anchor))
+
+
 def _session_time(d: date | None) -> NormalizedTime:
     if d is None:
         return to_normalized(None)
@@ -651,7 +683,7 @@ class RulesEncoder:
     ) -> EncodeOutput:
         participants = self._participants(turns, context)
         index = self._index(participants, context, recent_records)
-        names = frozenset(n.lower() for n in index.canonical)
+        names = frozenset(p.lower() for p in index.participants)  # what "has content words" is measured against
         anchor_fallback = date.fromisoformat(context.date_anchor) if context and context.date_anchor else None
         records: list[EncodedRecord] = []
         unit_turns: list[str] = []
@@ -679,6 +711,8 @@ class RulesEncoder:
     def _record(self, u: _Unit, anchor: date | None, other: str | None, index: _EntityIndex) -> EncodedRecord:
         speaker = u.turn.speaker
         times = find_time_expressions(u.text, anchor)
+        if not times and anchor is not None and (cue := _RECENT_CUE_RE.search(u.text)):
+            times = [_session_expr(cue, anchor)]
         text = resolve_pronouns(insert_dates(u.text, times), speaker, other)
         shown = display_name(speaker)
         if shown.lower() not in text.lower():

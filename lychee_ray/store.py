@@ -753,6 +753,9 @@ class Store:
         self._keep = list(keep)  # Arrow objects and relations the views scan must outlive them
         self._manifest = manifest
         self.con = con
+        # Helpers run on their own cursor (same database, same views), so a result the caller
+        # left unfinished on `con` cannot make them fail, and theirs cannot break the caller's.
+        self._cur = con.cursor()
         self.dim = int(manifest["embedding_dim"])
         self._committed = committed
         self._bm25: OrderedDict[tuple[str, str], _Bm25Index] = OrderedDict()
@@ -770,6 +773,7 @@ class Store:
         return dict(self._manifest)
 
     def close(self) -> None:
+        self._cur.close()
         self.con.close()
 
     def __enter__(self) -> "Store":
@@ -781,7 +785,7 @@ class Store:
     def sql(self, query: str, params: dict | list | None = None) -> list[dict]:
         """Run a parameterized query against the views; rows as dicts. FLOAT[d] cells come back
         as float32 numpy rows (views into one [n, d] array), not as lists of Python floats."""
-        result = self.con.sql(query, params=params or {}).to_arrow_table()
+        result = self._cur.sql(query, params=params or {}).to_arrow_table()
         columns = {}
         for name, col in zip(result.column_names, result.columns):
             if pa.types.is_fixed_size_list(col.type):
@@ -967,8 +971,8 @@ class Store:
 
     # -- plain reads -------------------------------------------------------------------------------
     def conversation_ids(self) -> list[str]:
-        return [r[0] for r in self.con.execute(
-            "SELECT conversation_id FROM conversations ORDER BY conversation_id").fetchall()]
+        return [r["conversation_id"] for r in self.sql(
+            "SELECT conversation_id FROM conversations ORDER BY conversation_id")]
 
     def turns(self, conversation_id: str) -> list[dict]:
         return self.sql(
@@ -994,7 +998,7 @@ class Store:
                 return [], np.zeros((0, self.dim), np.float32)
             id_clause = f" AND list_contains($ids, t.{id_col})"
             params["ids"] = list(ids)
-        result = self.con.sql(
+        result = self._cur.sql(
             f"SELECT t.{id_col} AS id, t.embedding FROM {table} t "
             f"WHERE {self._conv_eq('t')} AND t.embedding IS NOT NULL{id_clause} ORDER BY t.{id_col}",
             params=params,
@@ -1078,10 +1082,10 @@ def open_store(path: str, cfg: LycheeConfig | None = None, *,
     con = duckdb.connect(":memory:")
     # DuckDB's late materialization turns "ORDER BY score LIMIT k" into a second scan that
     # re-reads the embeddings; off, vector top-k is ~40% faster (benchmarks/bench_store.py).
-    con.execute("SET late_materialization_max_rows = 0")
+    con.execute("SET GLOBAL late_materialization_max_rows = 0")
     # Parts are immutable once committed (a rewrite is a rename of a whole new file), so footers
     # can be cached instead of parsed on every query: -25% latency with 1024-row groups.
-    con.execute("SET parquet_metadata_cache = true")
+    con.execute("SET GLOBAL parquet_metadata_cache = true")
     con.execute(_NORM_MACRO)
     keep: list = []
     schemas = table_schemas(int(manifest["embedding_dim"]))

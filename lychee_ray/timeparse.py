@@ -30,7 +30,9 @@ Conventions (the anchor is the session date; nothing here looks at the clock):
 - "a couple of" is 2, "a few" and "several" are 3. "recently", "lately" and "the other day"
   are not resolved (too vague to filter on).
 - "since X" spans from the start of X to the anchor; "for N years" in a perfect-tense sentence
-  ("I've known them for 4 years") and "N years now" span from anchor - N years to the anchor.
+  ("I've known them for 4 years") and "N years now" span from the start of the year (month,
+  week) N units before the anchor to the anchor.
+- "on the 15th" is the most recent 15th on or before the anchor (or the next one, future tense).
 - Without an anchor only absolute expressions with an explicit year resolve.
 """
 
@@ -95,6 +97,7 @@ _MDY_RE = re.compile(
 )
 _ISO_RE = re.compile(r"(?<![\d/-])(?P<y>\d{4})[-/](?P<m>\d{1,2})[-/](?P<d>\d{1,2})(?![\d/-])")
 _US_RE = re.compile(r"(?<![\d/])(?P<m>\d{1,2})/(?P<d>\d{1,2})/(?P<y>\d{4})(?![\d/])")
+_ORDINAL_DAY_RE = re.compile(r"\bon\s+the\s+(?P<d>\d{1,2})(?:st|nd|rd|th)\b(?!\s+of\b|\s*[-–]|\s+(?:century|centuries|anniversary|birthday|floor|place|time|grade|street|avenue)\b)", _I)
 _MONTH_YEAR_RE = re.compile(rf"\b(?P<m>{_MONTH}),?\s*{_Y}", _I)
 _MONTH_CTX_RE = re.compile(
     r"\b(?P<pre>in|during|since|by|until|till|through|throughout|last|this|next|early|late|mid-?"
@@ -409,6 +412,22 @@ def _p_numeric(m, text, anchor):
     return _hit(m, s, s, "day", False, day_like=True) if s and 1900 <= s.year <= 2099 else None
 
 
+def _p_ordinal_day(m, text, anchor):
+    if anchor is None:
+        return None
+    day = int(m["d"])
+    if not 1 <= day <= 31:
+        return None
+    step = 1 if _is_future(text, m.start(), m.end()) else -1
+    y, mo = anchor.year, anchor.month
+    for _ in range(13):  # the nearest month that has this day, in the right direction
+        d = _safe_date(y, mo, day)
+        if d is not None and (d >= anchor if step > 0 else d <= anchor):
+            return _hit(m, d, d, "day", True, day_like=True)
+        y, mo = _shift_month(y, mo, step)
+    return None
+
+
 def _p_month_year(m, text, anchor):
     s, e = _month_span(int(m["y"]), _month_num(m["m"]))
     return _hit(m, s, e, "month", False)
@@ -560,7 +579,7 @@ def _p_duration(m, text, anchor):
     if m["n"] and (not _sentence_has(_PERFECT_RE, text, m.start(), m.end()) or _is_future(text, m.start(), m.end())):
         return None  # "I was sick for 2 days" says nothing about when
     n, unit = _num(m["n"] or m["n2"]), (m["u"] or m["u2"]).lower()
-    s = _shift(unit, anchor, -n)
+    s = _unit_span(unit, _shift(unit, anchor, -n))[0]  # "for 4 years" on 2023-06-09: since 2019-01-01
     if unit == "year":
         label = f"since {s.year}"
     elif unit == "month":
@@ -601,6 +620,7 @@ _PATTERNS: tuple[tuple[re.Pattern, _Handler], ...] = (
     (_ISO_RE, _p_numeric),
     (_US_RE, _p_numeric),
     (_ORD_WEEK_RE, _p_ord_week),
+    (_ORDINAL_DAY_RE, _p_ordinal_day),
     (_MONTH_YEAR_RE, _p_month_year),
     (_MONTH_CTX_RE, _p_month_ctx),
     (_SEASON_RE, _p_season),
