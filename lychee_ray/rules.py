@@ -603,6 +603,7 @@ def _turn_units(turn: Turn, names: frozenset[str]) -> tuple[list[_Unit], list[st
     captions = [c.strip() for c in _CAPTION_RE.findall(text) if c.strip()]
     body = _CAPTION_RE.sub("", text).strip()
     units: list[_Unit] = []
+    questions: list[str] = []
     pending: list[str] = []  # filler fragments waiting for the next sentence
     for sent in split_sentences(body):
         n = len(content_words(sent, names))
@@ -613,6 +614,8 @@ def _turn_units(turn: Turn, names: frozenset[str]) -> tuple[list[_Unit], list[st
             pending.append(sent)
             continue
         q = _is_question(sent)
+        if q:
+            questions.append(sent)
         if units and not q and not units[-1].question and _ANAPHOR_START_RE.match(sent) and len(sent.split()) <= 12 and not pending:
             units[-1].text += " " + sent  # "It was so powerful." belongs to the sentence before
             units[-1].n_content += n
@@ -621,7 +624,6 @@ def _turn_units(turn: Turn, names: frozenset[str]) -> tuple[list[_Unit], list[st
         pending = []
     if pending and units:
         units[-1].text += " " + " ".join(pending)
-    questions = [u.text for u in units if u.question]
     statements = [u for u in units if not u.question]
     if statements:
         units = statements
@@ -922,19 +924,23 @@ class RulesPlanner:
 
 def _candidate_names(words: list[str]) -> list[str]:
     """The whole capitalized span, or failing a match, its single words."""
-    words = [w for w in (_clean_entity(x) for x in words) if w]
-    words = [w for w in words if w.lower() not in _ENTITY_STOP]
-    if not words:
-        return []
-    full = " ".join(words)
-    return [full] + (words if len(words) > 1 else [])
+    out = []
+    for part in _AND_SPLIT_RE.split(" ".join(words)):  # "Jon and Gina" is two names
+        ws = [w for w in (_clean_entity(x) for x in part.split()) if w and w.lower() not in _ENTITY_STOP]
+        if ws:
+            out.append(" ".join(ws))
+            if len(ws) > 1:
+                out.extend(ws)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
 # Extractive answer
 # --------------------------------------------------------------------------------------------
 def _stems(text: str) -> set[str]:
-    return {stem(w) for w in content_words(text)}
+    """Stemmed non-stopwords. Fillers count here: "love" is small talk in a greeting but the
+    point of "What does Melanie love?"."""
+    return {stem(t) for t in (_norm_token(x) for x in _WORD_RE.findall(text)) if t and t not in STOPWORDS}
 
 
 def _date_phrase(sentence: str) -> str | None:
