@@ -423,3 +423,13 @@ def test_non_local_filesystem_path(tmp_path):
         assert s.vector_topk("records", "c1", q, 1)[0]["record_id"] == "c1:r03"
         assert s.bm25_topk("records", "c1", "zanzibar", 3)[0]["record_id"] == "c1:r04"
     assert finalize_manifest("bucket/store", filesystem=fs)["counts"]["turns"] == 24
+
+
+def test_rows_carry_embeddings_as_float32_and_survive_unfinished_caller_results(store):
+    store.con.execute("SELECT * FROM turns")  # left unfinished by the caller on purpose
+    conv = CONVS["c3"]
+    row = store.vector_topk("records", "c3", conv.record_embeddings[5], 1)[0]
+    assert row["record_id"] == "c3:r05" and row["embedding"].dtype == np.float32
+    np.testing.assert_array_equal(row["embedding"], conv.record_embeddings[5])
+    turns = store.turns("c3")
+    np.testing.assert_array_equal(np.stack([t["embedding"] for t in turns]), conv.turn_embeddings)
