@@ -389,7 +389,8 @@ def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
                 "conversation_id": conv.conversation_id,
                 "source": conv.source,
                 "source_file": conv.source_file,
-                "n_turns": len(conv.turns),
+                # a duplicate's turns are not ingested; its row still says how many it held
+                "n_turns": conv.stats.get("n_input_turns", len(conv.turns)),
                 "n_sessions": len(sessions),
                 "n_exchanges": len(conv.exchanges),
                 "n_segments": len(conv.segments),
