@@ -78,6 +78,13 @@ class Embedder:
         )
         return np.asarray(vecs, dtype=np.float32)
 
+    def encode_groups(self, groups: list[list[str]]) -> list[np.ndarray]:
+        """Embed many small lists in ONE encode() call (large batches keep the model busy), then
+        hand each list its slice, in order."""
+        vecs = self.encode([text for group in groups for text in group])
+        bounds = np.cumsum([0] + [len(g) for g in groups])
+        return [vecs[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
 
 # --------------------------------------------------------------------------------------------
 # Pipeline stage
@@ -99,19 +106,16 @@ class EmbedTurnsStage(Stage):
 
     def process_batch(self, convs):
         live = [c for c in convs if c.status not in PASS_THROUGH]
-        texts = [t.text for c in live for t in c.turns]
         start = time.perf_counter()
         try:
-            vecs = self.embedder.encode(texts)
+            per_conv = self.embedder.encode_groups([[t.text for t in c.turns] for c in live])
         except Exception as exc:
             for c in live:
                 mark_failed(c, self.name, exc)
             return convs
         seconds = time.perf_counter() - start
-        offset = 0
-        for c in live:
-            n = len(c.turns)
-            c.turn_embeddings = vecs[offset : offset + n]
-            offset += n
-            add_seconds(c, self.name, seconds * n / max(1, len(texts)))
+        n_texts = max(1, sum(len(c.turns) for c in live))
+        for c, vecs in zip(live, per_conv):
+            c.turn_embeddings = vecs
+            add_seconds(c, self.name, seconds * len(c.turns) / n_texts)
         return convs

@@ -21,7 +21,7 @@ from datetime import date, timedelta
 from .config import EmbeddingConfig, OrganizeConfig
 from .embed import Embedder
 from .schemas import Conversation, MemoryRecord
-from .stages import PASS_THROUGH, Stage, add_seconds, mark_failed
+from .stages import PASS_THROUGH, Stage, mark_failed
 
 _SPACES = re.compile(r"\s+")
 MAX_DAY_SPAN = 14  # longer ranges get month nodes only: a day node per day would flood the index
@@ -151,17 +151,13 @@ class OrganizeStage(Stage):
     def process_batch(self, convs):
         convs = super().process_batch(convs)
         live = [c for c in convs if c.status not in PASS_THROUGH]
-        texts = [r.text for c in live for r in c.records] + [n["name"] for c in live for n in c.nodes]
+        groups = [[r.text for r in c.records] for c in live] + [[n["name"] for n in c.nodes] for c in live]
         try:
-            vecs = self.embedder.encode(texts)
+            vecs = self.embedder.encode_groups(groups)
         except Exception as exc:
             for c in live:
                 mark_failed(c, self.name, exc)
             return convs
-        rec_off, node_off = 0, sum(len(c.records) for c in live)
-        for c in live:
-            c.record_embeddings = vecs[rec_off : rec_off + len(c.records)]
-            c.node_embeddings = vecs[node_off : node_off + len(c.nodes)]
-            rec_off += len(c.records)
-            node_off += len(c.nodes)
+        for c, rec_vecs, node_vecs in zip(live, vecs[: len(live)], vecs[len(live) :]):
+            c.record_embeddings, c.node_embeddings = rec_vecs, node_vecs
         return convs
