@@ -176,8 +176,7 @@ class SegmentStage(Stage):
         self.window = window_exchanges
 
     def process(self, conv) -> None:
-        turn_tokens = count_many([t.text for t in conv.turns])
-        ex_tokens = [sum(turn_tokens[i] for i in ex) for ex in conv.exchanges]
+        ex_tokens = exchange_token_counts(conv)
         T = len(conv.exchanges)
         if self.mode == "eager":
             bounds = [Boundary(b.start, b.end, 1.0, "eager") for b in fixed_windows(T, 1)]
@@ -187,18 +186,30 @@ class SegmentStage(Stage):
             emb = exchange_embeddings(conv.turn_embeddings, conv.exchanges)
             sessions = [conv.turns[ex[0]].session_id for ex in conv.exchanges]
             bounds, _ = segment_exchanges(emb, ex_tokens, sessions, self.cfg)
-        conv.segments = []
-        for k, b in enumerate(bounds):
-            ex_idx = list(range(b.start, b.end))
-            turn_idxs = [i for e in ex_idx for i in conv.exchanges[e]]
-            conv.segments.append(
-                Segment(
-                    segment_id=f"seg-{k:05d}",
-                    segment_idx=k,
-                    turn_idxs=turn_idxs,
-                    exchange_idxs=ex_idx,
-                    n_tokens=int(sum(ex_tokens[e] for e in ex_idx)),
-                    boundary_p=float(b.p),
-                    boundary_reason=b.reason,
-                )
+        conv.segments = segments_from_bounds(conv.exchanges, ex_tokens, bounds)
+
+
+def exchange_token_counts(conv) -> list[int]:
+    """o200k tokens per exchange of a conversation (the sum of its turns')."""
+    turn_tokens = count_many([t.text for t in conv.turns])
+    return [sum(turn_tokens[i] for i in ex) for ex in conv.exchanges]
+
+
+def segments_from_bounds(exchanges: list[list[int]], ex_tokens: list[int], bounds: list[Boundary]) -> list[Segment]:
+    """Segment objects for boundaries over exchange indexes (shared with the ablation grid,
+    which builds its own call-matched windows)."""
+    segments = []
+    for k, b in enumerate(bounds):
+        ex_idx = list(range(b.start, b.end))
+        segments.append(
+            Segment(
+                segment_id=f"seg-{k:05d}",
+                segment_idx=k,
+                turn_idxs=[i for e in ex_idx for i in exchanges[e]],
+                exchange_idxs=ex_idx,
+                n_tokens=int(sum(ex_tokens[e] for e in ex_idx)),
+                boundary_p=float(b.p),
+                boundary_reason=b.reason,
             )
+        )
+    return segments
