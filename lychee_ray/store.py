@@ -920,6 +920,18 @@ class Store:
         """
         return self.sql(query, params)
 
+    def turns_in_window(self, conversation_id: str, start=None, end=None) -> list[dict]:
+        """Turns whose timestamp's date lies in [start, end] (dates, inclusive, either open)."""
+        params = {"cid": conversation_id, "s": _as_date(start, "start"), "e": _as_date(end, "end")}
+        query = (
+            f"SELECT {self._select('turns', 't')} FROM turns t "
+            f"WHERE {self._conv_eq('t')} AND t.\"timestamp\" IS NOT NULL "
+            f"AND ($s::DATE IS NULL OR CAST(t.\"timestamp\" AS DATE) >= $s::DATE) "
+            f"AND ($e::DATE IS NULL OR CAST(t.\"timestamp\" AS DATE) <= $e::DATE) "
+            f"ORDER BY t.turn_idx"
+        )
+        return self.sql(query, params)
+
     def match_nodes(self, conversation_id: str, names: Sequence[str],
                     kinds: Sequence[str] | None = None) -> list[dict]:
         """Nodes whose name equals one of `names` after normalization (case, punctuation, "'s",

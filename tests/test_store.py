@@ -242,6 +242,7 @@ def test_helpers_return_only_the_asked_conversation(store):
         "bm25_turns": store.bm25_topk("turns", "c2", "speaker talks music apple", 50),
         "bm25_records": store.bm25_topk("records", "c2", "record mentions", 50),
         "window": store.records_in_window("c2", "2000-01-01", "2100-01-01"),
+        "turn_window": store.turns_in_window("c2", "2000-01-01", "2100-01-01"),
         "match": store.match_nodes("c2", ["caroline", "melanie"]),
         "node_records": store.node_records("c2", [n["node_id"] for n in conv.nodes]),
         "for_turns": store.records_for_turns("c2", turn_ids),
@@ -280,6 +281,14 @@ def test_records_in_window(store):
     assert len(store.records_in_window("c1", "2023-06-01", None, k=2)) == 2
 
 
+def test_turns_in_window(store):
+    june = [t["turn_id"] for t in store.turns_in_window("c1", "2023-06-10", "2023-06-10")]
+    assert june == [t.turn_id for t in CONVS["c1"].turns[6:]]
+    assert len(store.turns_in_window("c1", None, "2023-05-01")) == 6
+    assert store.turns_in_window("c1", "2023-05-02", "2023-06-09") == []
+    assert len(store.turns_in_window("c1")) == 12
+
+
 def test_match_nodes_and_node_records(store):
     hits = store.match_nodes("c1", ["The Support-Group's", "CAROLINE", "nobody"])
     assert [n["node_id"] for n in hits] == ["c1:n:caroline", "c1:n:group"]
@@ -299,6 +308,7 @@ def test_sql_injection_in_ids_and_text_returns_nothing(store):
     assert store.bm25_topk("turns", INJECT, "speaker", 5) == []
     assert store.bm25_topk("turns", "c1", "'; DROP VIEW turns; --", 5) == []
     assert store.records_in_window(INJECT, None, None) == []
+    assert store.turns_in_window(INJECT, None, None) == []
     assert store.match_nodes("c1", ["x' OR '1'='1", "'); DROP VIEW nodes; --"]) == []
     assert store.node_records("c1", ["' OR 1=1 --"]) == []
     assert store.records_for_turns(INJECT, ["D1:0"]) == []
