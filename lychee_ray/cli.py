@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        cfg = load_config(args.config, args.set)
+        # ablate's --config is a grid spec, not a LycheeConfig; it loads its own.
+        cfg = None if args.command == "ablate" else load_config(args.config, args.set)
         return COMMANDS[args.command](args, cfg)
     except _user_errors() as exc:
         print(f"lychee-ray {args.command}: {exc}", file=sys.stderr)
@@ -102,9 +103,9 @@ def cmd_serve(args, cfg) -> int:
 
 
 def cmd_ablate(args, cfg) -> int:
-    from .ablate import run_ablation
+    from .ablate import load_grid, run_ablation
 
-    result = run_ablation(cfg, args.input, args.out)
+    result = run_ablation(load_grid(args.config, args.set), args.input, args.out)
     print(result.render())
     return 0
 
