@@ -13,7 +13,8 @@ carries the prompt's data through, not because the server knows the benchmark:
 
 `usage` is honest too: o200k token counts of the messages and the reply, and `cached_tokens`
 equal to the tokens of the longest common prefix of this request's system message with the
-previous request's (a stand-in for vLLM's prefix cache).
+previous request's (a stand-in for vLLM's prefix cache). A reply longer than the request's
+`max_tokens` is cut there with finish_reason "length", as a real server does.
 
 Faults (latency, 429, 500, hang past the client's timeout, truncated JSON, schema-invalid
 JSON, 401 echoing the key) come from a deterministic schedule or seeded probabilities, set at
@@ -49,7 +50,7 @@ from typing import Any, Callable, Iterator
 import jsonschema
 from aiohttp import web
 
-from lychee_ray.tokens import count_tokens
+from lychee_ray.tokens import count_tokens, truncate_to_tokens
 
 FAULT_KINDS = ("ok", "429", "500", "hang", "truncate", "invalid", "auth")
 _TURN_LINE = re.compile(r"^\s*\[(?P<tid>[^\]\s]+)\]\s+(?P<speaker>[^:\n(]+?)\s*(?:\((?P<when>[^)\n]*)\))?\s*:\s*(?P<text>.+?)\s*$")
@@ -539,6 +540,7 @@ class FakeOpenAIServer:
             await asyncio.sleep(faults.hang_s)
             return _error(504, "timeout", "hung (injected)")
         text, finish = self._reply_text(messages, js, fault)
+        text, finish = _cap_at_max_tokens(text, finish, record["max_tokens"])
         usage = self._usage(messages, text)
         with self._lock:
             record["usage"] = usage
@@ -602,6 +604,14 @@ class FakeOpenAIServer:
 
     async def _admin_usage(self, _request: web.Request) -> web.Response:
         return web.json_response({**self.total_usage(), "max_concurrency": self.max_concurrency})
+
+
+def _cap_at_max_tokens(text: str, finish: str, max_tokens: int | None) -> tuple[str, str]:
+    """A real server stops at the completion limit: cut the reply there, finish_reason=length
+    (so a too-small max_tokens shows up as truncated JSON, as it would against vLLM)."""
+    if max_tokens is None or count_tokens(text) <= max_tokens:
+        return text, finish
+    return truncate_to_tokens(text, max_tokens), "length"
 
 
 def _error(status: int, code: str, message: str, headers: dict | None = None) -> web.Response:

@@ -1,0 +1,33 @@
+"""Small LoCoMo inputs for the LLM-path tests: the first sessions of a few dev conversations.
+
+The LLM tests need real conversations (real speakers, dates, dia_ids and questions) but not
+their full length: a cut keeps the original format, so the real reader reads it, while an
+encode over it stays at a few dozen calls. Questions are kept only when all their evidence
+turns survive the cut, so evidence recall stays meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+
+def cut_locomo(src: str | Path, dst: str | Path, *, conversations: int = 3, sessions: int = 2, questions: int | None = None) -> Path:
+    """Write the first `conversations` samples of `src`, each cut to its first `sessions`
+    sessions, as a LoCoMo JSON array at `dst`; returns `dst`."""
+    samples = json.loads(Path(src).read_text())[:conversations]
+    out = []
+    for sample in samples:
+        body = {k: v for k, v in sample["conversation"].items() if _session_number(k) is None or _session_number(k) <= sessions}
+        kept_ids = {t["dia_id"] for k, v in body.items() if isinstance(v, list) for t in v if "dia_id" in t}
+        qa = [q for q in sample.get("qa", []) if q.get("evidence") and set(q["evidence"]) <= kept_ids and "answer" in q]
+        out.append({**sample, "conversation": body, "qa": qa[:questions] if questions else qa})
+    dst = Path(dst)
+    dst.write_text(json.dumps(out))
+    return dst
+
+
+def _session_number(key: str) -> int | None:
+    m = re.fullmatch(r"session_(\d+)(?:_date_time)?", key)
+    return int(m.group(1)) if m else None

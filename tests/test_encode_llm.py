@@ -1,0 +1,257 @@
+"""The segment encoder on the `openai` backend against the fake OpenAI-compatible server.
+
+Real parts: the LoCoMo reader, the MiniLM embedder, the online segmenter, the EncodeStage with
+its LLMClient over HTTP, and (in the last test) the whole Ray ingest writing Parquet read back
+through DuckDB. Only the model is fake, and it is honest: each reply restates the prompt's
+turns as schema-valid records (tests/support/fake_openai.py), so what is checked is what the
+pipeline carries, never what the server knows.
+
+Requests are mapped back to (conversation, segment) by their SEGMENT text, which is exactly
+`render_turns` of that segment's turns.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from lychee_ray.config import load_config
+from lychee_ray.embed import EmbedTurnsStage
+from lychee_ray.encode import EncodeStage, render_turns
+from lychee_ray.read import read_file
+from lychee_ray.segment import SegmentStage
+from tests.support.locomo_cut import cut_locomo
+
+from .conftest import LOCOMO_PATH, REPO, requires_shared_data
+
+pytestmark = requires_shared_data
+
+FIRST_SEGMENT_CONTEXT = "(none: this is the first segment)"
+
+
+def llm_cfg(server, *overrides):
+    return load_config(
+        REPO / "configs" / "local.yaml",
+        [
+            "ray.progress_bars=false",
+            "llm.backend=openai",
+            f"llm.base_url={server.base_url}",
+            "llm.model=fake-model",
+            # The injected hang must time out, but an ordinary reply on a loaded 2-core box must
+            # not: a reply the client gave up on is billed by the server yet never counted.
+            "llm.timeout_s=5.0",
+            "llm.max_retries=2",
+            *overrides,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def cut_file(tmp_path_factory):
+    return cut_locomo(LOCOMO_PATH, tmp_path_factory.mktemp("cut") / "locomo_cut.json", conversations=3, sessions=2)
+
+
+@pytest.fixture(scope="module")
+def segmented(cut_file):
+    """conversation mode -> conversations read, embedded and cut (segment and eager units)."""
+    cfg = load_config(REPO / "configs" / "local.yaml")
+    convs = list(read_file(str(cut_file), cfg.read))
+    embed = EmbedTurnsStage(cfg.embedding)
+    embed.setup()
+    convs = embed.process_batch(convs)
+    out = {}
+    for mode in ("segment", "eager"):
+        out[mode] = SegmentStage(cfg.segmenter, mode, cfg.encoder.window_exchanges).process_batch(copy.deepcopy(convs))
+    return out
+
+
+def encode(convs, cfg):
+    stage = EncodeStage(cfg)
+    stage.setup()
+    return stage.process_batch(copy.deepcopy(convs))
+
+
+def segment_turns(conv, seg):
+    return [conv.turns[i] for i in seg.turn_idxs]
+
+
+def request_index(convs):
+    """SEGMENT text -> (conversation_id, segment_idx)."""
+    index = {}
+    for conv in convs:
+        for seg in conv.segments:
+            index[render_turns(segment_turns(conv, seg))] = (conv.conversation_id, seg.segment_idx)
+    assert len(index) == sum(len(c.segments) for c in convs), "two segments render the same text"
+    return index
+
+
+def split_prompt(request):
+    user = request["messages"][1]["content"]  # the original prompt (repairs append after it)
+    head, segment = user.split("\n\nSEGMENT\n", 1)
+    return head.removeprefix("REFERENCE CONTEXT\n"), segment
+
+
+def requests_by_segment(server, convs):
+    """(conversation_id, segment_idx) -> the server's requests for it, in arrival order."""
+    index = request_index(convs)
+    out: dict[tuple[str, int], list[dict]] = {}
+    for req in server.requests:
+        _, segment = split_prompt(req)
+        out.setdefault(index[segment], []).append(req)
+    return out
+
+
+def assert_build_stats_match_server(convs, server):
+    usage = server.total_usage()
+    for key in ("prompt_tokens", "completion_tokens", "cached_tokens"):
+        assert sum(c.stats[key] for c in convs) == usage[key], key
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+
+
+def assert_every_turn_in_one_segment(conv):
+    idxs = sorted(i for s in conv.segments for i in s.turn_idxs)
+    assert idxs == list(range(len(conv.turns)))
+
+
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["segment", "eager"])
+def test_one_call_per_encode_unit_and_tokens_equal_server_usage(segmented, fake_openai, mode):
+    convs = segmented[mode]
+    if mode == "eager":  # eager: the units are the exchanges, one call each
+        assert all(len(c.segments) == len(c.exchanges) for c in convs)
+    else:
+        assert all(len(c.segments) < len(c.exchanges) for c in convs)
+    out = encode(convs, llm_cfg(fake_openai))
+    per_segment = requests_by_segment(fake_openai, out)
+    for conv in out:
+        assert conv.status == "ok", conv.error
+        n_units = len(conv.exchanges) if mode == "eager" else len(conv.segments)
+        assert conv.stats["llm_calls"] == n_units == conv.stats["encode_units"]
+        assert sorted(k[1] for k in per_segment if k[0] == conv.conversation_id) == list(range(n_units))
+        assert all(len(reqs) == 1 for key, reqs in per_segment.items() if key[0] == conv.conversation_id)
+        assert conv.records and not any(r.degraded for r in conv.records)
+        assert {r.backend for r in conv.records} == {"fake-model"}
+    assert len(fake_openai.requests) == sum(len(c.segments) for c in out)
+    assert_build_stats_match_server(out, fake_openai)
+
+
+def test_reference_context_carries_the_previous_state_and_records_in_order(segmented, fake_openai):
+    fake_openai.set_faults(latency_s=0.05)  # keeps the conversations visibly overlapping
+    out = encode(segmented["segment"], llm_cfg(fake_openai))
+    per_segment = requests_by_segment(fake_openai, out)
+    assert fake_openai.max_concurrency >= 2, "conversations were encoded one after another"
+    for conv in out:
+        chain = [per_segment[(conv.conversation_id, k)][0] for k in range(len(conv.segments))]
+        assert split_prompt(chain[0])[0] == FIRST_SEGMENT_CONTEXT
+        for prev, nxt in zip(chain, chain[1:]):
+            assert nxt["t_start"] >= prev["t_end"], "segment k+1 was sent before segment k's reply"
+            reply = json.loads(prev["reply"])
+            context, _ = split_prompt(nxt)
+            state_line, _, recent = context.partition("\nrecent records:\n")
+            assert json.loads(state_line.removeprefix("state: ")) == reply["state"]  # d_k
+            last = reply["records"][-1]
+            assert recent.splitlines()[-1].startswith(f"- [{last['type']}] {last['text']}")
+
+
+def test_scheduled_faults_end_encoded_or_degraded_and_the_chain_goes_on(segmented, fake_openai):
+    conv = next(c for c in segmented["segment"] if len(c.segments) >= 5)
+    fake_openai.set_faults(
+        schedule=[
+            "429", "ok",  # seg 0: transport retry, then success (1 call)
+            "invalid", "ok",  # seg 1: schema-invalid, repaired (2 calls)
+            "truncate", "invalid",  # seg 2: truncated, repair invalid -> degraded (2 calls)
+            "500", "500", "500",  # seg 3: retries exhausted -> degraded (1 call)
+            "hang", "ok",  # seg 4: timeout, retried, success (1 call)
+        ]
+    )
+    (out,) = encode([conv], llm_cfg(fake_openai))
+    degraded_segments = {r.segment_id for r in out.records if r.degraded}
+    assert degraded_segments == {"seg-00002", "seg-00003"}
+    for seg in out.segments:
+        recs = [r for r in out.records if r.segment_id == seg.segment_id]
+        assert recs, f"{seg.segment_id} has no records"
+        expect_degraded = seg.segment_id in degraded_segments
+        assert all(r.degraded == expect_degraded for r in recs)
+        assert {r.backend for r in recs} == {"rules" if expect_degraded else "fake-model"}
+    assert (out.stats["llm_calls"], out.stats["llm_failures"], out.stats["degraded_segments"]) == (7, 2, 2)
+    assert out.status == "degraded" and "2 of" in out.error
+    assert_every_turn_in_one_segment(out)
+    assert_build_stats_match_server([out], fake_openai)
+    # The degraded segment's fallback records became rho of the next segment.
+    per_segment = requests_by_segment(fake_openai, [out])
+    after = split_prompt(per_segment[(out.conversation_id, 4)][-1])[0]
+    fallback = [r for r in out.records if r.segment_id == "seg-00003"]
+    assert f"- [{fallback[-1].type}] {fallback[-1].text}" in after
+
+
+def test_random_faults_never_lose_a_segment(segmented, fake_openai):
+    fake_openai.set_faults(p_429=0.1, p_500=0.1, p_truncate=0.15, p_invalid=0.15, p_hang=0.03, seed=7)
+    out = encode(segmented["segment"], llm_cfg(fake_openai))
+    assert any(r["fault"] != "ok" for r in fake_openai.requests)
+    for conv in out:
+        assert conv.status in ("ok", "degraded"), conv.error
+        assert_every_turn_in_one_segment(conv)
+        degraded = set()
+        for seg in conv.segments:
+            recs = [r for r in conv.records if r.segment_id == seg.segment_id]
+            assert recs, f"{conv.conversation_id}/{seg.segment_id} has no records"
+            assert len({r.degraded for r in recs}) == 1
+            if recs[0].degraded:
+                degraded.add(seg.segment_id)
+            else:  # the fake restates every turn: an encoded segment cites all of its turns
+                cited = {t for r in recs for t in r.source_turn_ids}
+                assert cited == {t.turn_id for t in segment_turns(conv, seg)}
+        assert conv.stats["degraded_segments"] == conv.stats["llm_failures"] == len(degraded)
+        assert (conv.status == "degraded") == bool(degraded)
+        assert conv.stats["llm_calls"] >= len(conv.segments)
+    assert_build_stats_match_server(out, fake_openai)
+
+
+def test_record_ids_are_stable_across_reruns_and_concurrency(segmented, fake_openai):
+    first = encode(segmented["segment"], llm_cfg(fake_openai))
+    fake_openai.reset()
+    again = encode(segmented["segment"], llm_cfg(fake_openai, "encoder.conversations_in_flight=1"))
+    ids = [[r.record_id for r in c.records] for c in first]
+    assert ids == [[r.record_id for r in c.records] for c in again]
+    flat = [i for c in ids for i in c]
+    assert len(set(flat)) == len(flat), "record ids collide"
+
+
+def test_ray_ingest_writes_complete_tables_under_faults(cut_file, fake_openai, ray_local, tmp_path):
+    from lychee_ray.pipeline import run_ingest
+    from lychee_ray.store import open_store
+
+    fake_openai.set_faults(p_429=0.05, p_500=0.05, p_truncate=0.15, p_invalid=0.15, seed=3)
+    cfg = llm_cfg(fake_openai)
+    summary = run_ingest(cfg, str(cut_file), str(tmp_path / "store"))
+    assert summary.conversations == 3
+    con = open_store(str(tmp_path / "store")).con
+    no_records = con.execute(
+        "select count(*) from segments s anti join records r using (conversation_id, segment_id)"
+    ).fetchall()[0][0]
+    assert no_records == 0
+    mixed = con.execute(
+        "select count(*) from (select conversation_id, segment_id from records group by 1, 2 having count(distinct degraded) > 1)"
+    ).fetchall()[0][0]
+    assert mixed == 0
+    rows = con.execute(
+        """select b.conversation_id, b.llm_calls, b.encode_units, b.degraded_segments, s.n, d.n, c.status
+           from build_stats b join conversations c using (conversation_id)
+           join (select conversation_id, count(*) n from segments group by 1) s using (conversation_id)
+           left join (select conversation_id, count(distinct segment_id) n from records where degraded group by 1) d
+           using (conversation_id)"""
+    ).fetchall()
+    assert len(rows) == 3
+    for cid, calls, units, n_degraded, n_segments, n_degraded_records, status in rows:
+        assert units == n_segments and calls >= n_segments, cid
+        assert n_degraded == (n_degraded_records or 0), cid
+        assert status == ("degraded" if n_degraded else "ok"), cid
+    sums = con.execute("select sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens) from build_stats").fetchall()[0]
+    usage = fake_openai.total_usage()
+    assert tuple(sums) == (usage["prompt_tokens"], usage["completion_tokens"], usage["cached_tokens"])
+    # A rerun over the same output finds everything complete and asks the server nothing.
+    n_requests = len(fake_openai.requests)
+    again = run_ingest(cfg, str(cut_file), str(tmp_path / "store"))
+    assert again.resumed == 3 and len(fake_openai.requests) == n_requests
