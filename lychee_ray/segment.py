@@ -58,44 +58,62 @@ def surprise_feature(s: float, center: float) -> float:
 
 
 class OnlineSegmenter:
-    """Incremental state of the open segment S_k. Feed exchanges in order with `step`."""
+    """Incremental state of the open segment S_k. Feed exchanges in order with `step`.
+
+    The decision needs only two dot products per exchange, e·v (v = Σ_{i∈S_k} e_i) and e·h_k:
+    sim(e, c_k) = e·v / |v|, and cohesion before and after adding e follows from the scalar |v|²
+    and |v + e|² = |v|² + 2 e·v + 1 (unit vectors), with no pairwise recomputation. `step` takes
+    an embedding and computes them from the running sum; `step_dots` takes them precomputed
+    (`segment_exchanges` gets them for a whole conversation with a few BLAS calls). Both share
+    one decision, so they cannot disagree."""
 
     def __init__(self, cfg: SegmenterConfig):
         self.cfg = cfg
-        self._sum: np.ndarray | None = None
+        self._sum: np.ndarray | None = None  # v, only kept up to date by `step`
+        self._last: np.ndarray | None = None  # h_k, only kept up to date by `step`
+        self._sq = 0.0  # |v|²
         self._n = 0
         self._tokens = 0
-        self._last: np.ndarray | None = None
         self._session = None
 
     def boundary_probability(self, e: np.ndarray, n_tokens: int, session_changed: bool) -> float:
         """p_t for adding exchange embedding `e` to the open segment (segment must be non-empty)."""
-        cfg = self.cfg
-        norm = math.sqrt(float(self._sum @ self._sum))
-        sim_centroid = float(e @ self._sum) / norm if norm > 0 else 0.0
-        sim_last = float(e @ self._last)
-        s = 1.0 - max(sim_centroid, sim_last)
-        new_sum = self._sum + e
-        d = max(0.0, cohesion(self._sum, self._n) - cohesion(new_sum, self._n + 1)) if self._n >= 2 else 0.0
-        length = (self._tokens + n_tokens) / cfg.length_scale_tokens
-        turns = self._n / cfg.turn_scale
+        return self._probability(float(e @ self._sum), float(e @ self._last), n_tokens, session_changed)
+
+    def _probability(self, dot_sum: float, dot_last: float, n_tokens: int, session_changed: bool) -> float:
+        cfg, n, sq = self.cfg, self._n, self._sq
+        sim_centroid = dot_sum / math.sqrt(sq) if sq > 0 else 0.0
+        s = 1.0 - max(sim_centroid, dot_last)
+        # Coh(S) = (|v|² - n) / (n(n-1)); for n = 1 the drop is defined as 0 (module docstring)
+        d = max(0.0, (sq - n) / (n * (n - 1)) - (sq + 2.0 * dot_sum + 1.0 - (n + 1)) / ((n + 1) * n)) if n >= 2 else 0.0
         logit = (
             cfg.bias
             + cfg.w_surprise * surprise_feature(s, cfg.surprise_center)
             + cfg.w_cohesion * d
-            + cfg.w_length * length
-            + cfg.w_turns * turns
+            + cfg.w_length * (self._tokens + n_tokens) / cfg.length_scale_tokens
+            + cfg.w_turns * n / cfg.turn_scale
         )
         if session_changed and cfg.session_policy == "feature":
             logit += cfg.w_session
         return sigmoid(logit)
 
     def step(self, e: np.ndarray, n_tokens: int, session) -> tuple[bool, float, str]:
-        """Decide whether to cut before this exchange, then add it. Returns (cut, p_t, reason)."""
+        """Decide whether to cut before exchange embedding `e`, then add it. Returns (cut, p_t, reason)."""
+        dots = (float(e @ self._sum), float(e @ self._last)) if self._n else (0.0, 0.0)
+        cut, p, reason = self.step_dots(*dots, n_tokens, session)
+        if self._n == 1:  # e opened a segment (the first one, or after a cut)
+            self._sum = np.array(e, dtype=np.float64)  # a copy: updated in place below
+        else:
+            self._sum += e
+        self._last = e
+        return cut, p, reason
+
+    def step_dots(self, dot_sum: float, dot_last: float, n_tokens: int, session) -> tuple[bool, float, str]:
+        """`step` for an exchange given by e·v and e·h_k against the open segment."""
         cut, p, reason = False, 0.0, ""
         if self._n > 0:
             session_changed = session != self._session
-            p = self.boundary_probability(e, n_tokens, session_changed)
+            p = self._probability(dot_sum, dot_last, n_tokens, session_changed)
             if session_changed and self.cfg.session_policy == "boundary":
                 cut, reason = True, "session"
             elif self._tokens + n_tokens > self.cfg.token_cap:
@@ -103,19 +121,17 @@ class OnlineSegmenter:
             elif p > self.cfg.delta and self._n >= self.cfg.min_exchanges:
                 cut, reason = True, "threshold"
         if cut:
-            self._reset()
-        self._add(e, n_tokens, session)
-        return cut, p, reason
-
-    def _reset(self):
-        self._sum, self._n, self._tokens, self._last = None, 0, 0, None
-
-    def _add(self, e: np.ndarray, n_tokens: int, session):
-        self._sum = e.astype(np.float64) if self._sum is None else self._sum + e
+            self._sq, self._n, self._tokens, dot_sum = 0.0, 0, 0, 0.0
+        self._sq += 2.0 * dot_sum + 1.0
         self._n += 1
         self._tokens += n_tokens
-        self._last = e
         self._session = session
+        return cut, p, reason
+
+
+# e_t · v for the segment opened at `start` comes from prefix sums, v = P[t] - P[start]; the
+# e_t · P[start] terms are computed this many exchanges ahead in one matrix-vector product.
+_LOOKAHEAD = 64
 
 
 def segment_exchanges(
@@ -126,21 +142,31 @@ def segment_exchanges(
     Returns the segments as Boundary(start, end) over exchange indexes, and p_t per exchange
     (p_0 = 0; the first exchange always opens a segment)."""
     T = len(embeddings)
-    probs = np.zeros(T, dtype=np.float64)
+    probs = [0.0] * T
     if T == 0:
-        return [], probs
-    seg = OnlineSegmenter(cfg)
+        return [], np.zeros(0)
+    # re-normalized in float64: the incremental cohesion takes |e|² = 1 exactly
     emb = np.asarray(embeddings, dtype=np.float64)
+    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    prefix = np.zeros_like(emb)  # prefix[t] = e_0 + ... + e_{t-1}
+    np.cumsum(emb[:-1], axis=0, out=prefix[1:])
+    dot_prefix = np.einsum("ij,ij->i", emb, prefix).tolist()  # e_t · P[t]
+    dot_last = [0.0] + np.einsum("ij,ij->i", emb[1:], emb[:-1]).tolist()  # e_t · e_{t-1}
+    tokens = [int(x) for x in n_tokens]
+    seg = OnlineSegmenter(cfg)
     bounds: list[Boundary] = []
-    start = 0
+    start, ahead_from, ahead = 0, 0, []  # ahead[i] = e_{ahead_from+i} · P[start]
     for t in range(T):
-        cut, p, reason = seg.step(emb[t], int(n_tokens[t]), sessions[t])
+        if t - ahead_from >= len(ahead):
+            ahead_from, ahead = t, (emb[t : t + _LOOKAHEAD] @ prefix[start]).tolist()
+        cut, p, reason = seg.step_dots(dot_prefix[t] - ahead[t - ahead_from], dot_last[t], tokens[t], sessions[t])
         probs[t] = p
         if cut:
             bounds.append(Boundary(start, t, p, reason))
-            start = t
+            start, ahead = t, []
     bounds.append(Boundary(start, T, 1.0, "end"))
-    return bounds, probs
+    return bounds, np.array(probs)
+
 
 
 def fixed_windows(T: int, size: int) -> list[Boundary]:
