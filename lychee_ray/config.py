@@ -70,6 +70,9 @@ class SegmenterConfig(_Section):
     turn_scale: int = 6  # N_t = |S_k| / turn_scale
     token_cap: int = 1024  # hard cap: never let a segment exceed this many tokens
     min_exchanges: int = 2  # never cut a segment shorter than this (except at cap/session)
+    # A segment shorter than min_exchanges closed by a session change or the end joins the
+    # previous segment of its session when the token cap allows (no 1-exchange session tails).
+    merge_short_tails: bool = True
     # How a session change (LoCoMo sessions are days apart) enters the decision:
     #   "boundary": always cut; "feature": add w_session to the logit; "ignore": no effect.
     session_policy: Literal["boundary", "feature", "ignore"] = "boundary"
@@ -139,6 +142,9 @@ class RetrievalConfig(_Section):
     mmr_lambda: float = 0.7  # relevance vs. diversity in MMR selection
     context_token_budget: int = 1500  # tokens of serialized evidence in the answer prompt
     max_node_matches: int = 8  # nodes matched per route in node expansion
+    # filter: a route's time window restricts every channel to in-window records/turns (a window
+    # that holds nothing is ignored); channel: the window only adds the time channel (ablation)
+    time_routes: Literal["filter", "channel"] = "filter"
     rerank: RerankConfig = Field(default_factory=RerankConfig)
 
 

@@ -67,6 +67,19 @@ class Retrieval:
         return list(dict.fromkeys(t for e in self.selected for t in e.source_turn_ids))
 
 
+@dataclass
+class WindowScope:
+    """The records and turns a time-windowed route may return."""
+
+    record_ids: set[str]
+    turn_ids: set[str]
+
+
+def _window(route: Route) -> tuple[str | None, str | None] | None:
+    tw = route.time_window
+    return (tw.start, tw.end) if tw and (tw.start or tw.end) else None
+
+
 def route_text(route: Route) -> str:
     terms = " ".join(t for t in route.search_terms if t.lower() not in route.goal.lower())
     return f"{route.goal} {terms}".strip()
@@ -83,25 +96,45 @@ class Retriever:
 
     # ---- channels ---------------------------------------------------------------------------
     def channel_rankings(self, conversation_id: str, plan: QueryPlan, qvecs: np.ndarray) -> tuple[dict[str, list[str]], dict[str, Evidence]]:
+        """One ranking of evidence keys per route x channel, named "r<route>:<channel>"."""
         k = self.cfg.top_k_per_channel
         rankings: dict[str, list[str]] = {}
         pool: dict[str, Evidence] = {}
         for r_idx, (route, qv) in enumerate(zip(plan.routes, qvecs)):
             tag = f"r{r_idx}"
+            window = _window(route)
+            scope = self._window_scope(conversation_id, window) if window else None
             if "record_vector" in self.cfg.channels:
-                rows = self.store.vector_topk("records", conversation_id, qv, k)
+                where = {"record_id": sorted(scope.record_ids)} if scope else None
+                rows = self.store.vector_topk("records", conversation_id, qv, k, where=where)
                 rankings[f"{tag}:record_vector"] = self._add_records(rows, pool)
             if "node" in self.cfg.channels:
-                rankings[f"{tag}:node"] = self._node_channel(conversation_id, route, qv, pool, k)
-            if "time" in self.cfg.channels and route.time_window and (route.time_window.start or route.time_window.end):
-                rows = self.store.records_in_window(conversation_id, route.time_window.start, route.time_window.end)
+                rankings[f"{tag}:node"] = self._node_channel(conversation_id, route, qv, pool, k, scope)
+            if "time" in self.cfg.channels and window:
+                rows = self.store.records_in_window(conversation_id, *window)
                 rankings[f"{tag}:time"] = self._rank_by_vector(self._add_records(rows, pool), pool, qv)[:k]
             if "turn" in self.cfg.channels:
-                vec_turns = self.store.vector_topk("turns", conversation_id, qv, k)
-                bm25_turns = self.store.bm25_topk("turns", conversation_id, route_text(route), k)
-                rankings[f"{tag}:turn_vector"] = self._map_turns(conversation_id, vec_turns, pool)
-                rankings[f"{tag}:turn_bm25"] = self._map_turns(conversation_id, bm25_turns, pool)
+                where = {"turn_id": sorted(scope.turn_ids)} if scope else None
+                vec_turns = self.store.vector_topk("turns", conversation_id, qv, k, where=where)
+                bm25_turns = self.store.bm25_topk("turns", conversation_id, route_text(route), k if scope is None else 10**6)
+                if scope:
+                    bm25_turns = [t for t in bm25_turns if t["turn_id"] in scope.turn_ids][:k]
+                rankings[f"{tag}:turn_vector"] = self._map_turns(conversation_id, vec_turns, pool, scope)
+                rankings[f"{tag}:turn_bm25"] = self._map_turns(conversation_id, bm25_turns, pool, scope)
         return {name: r for name, r in rankings.items() if r}, pool
+
+    def _window_scope(self, conversation_id: str, window: tuple[str | None, str | None]) -> "WindowScope | None":
+        """Under time_routes=filter, what a windowed route may return: the records
+        `records_in_window` gives and the turns said in the window. A window that holds nothing
+        in this conversation (a misparsed date, a question about an unmentioned time) is
+        ignored rather than emptying every channel."""
+        if self.cfg.time_routes != "filter":
+            return None
+        record_ids = {r["record_id"] for r in self.store.records_in_window(conversation_id, *window)}
+        turn_ids = {t["turn_id"] for t in self.store.turns_in_window(conversation_id, *window)}
+        if not record_ids and not turn_ids:
+            return None
+        return WindowScope(record_ids, turn_ids)
 
     def _add_records(self, rows: list[dict], pool: dict[str, Evidence]) -> list[str]:
         keys = []
@@ -112,7 +145,8 @@ class Retriever:
             keys.append(key)
         return keys
 
-    def _node_channel(self, conversation_id: str, route: Route, qv: np.ndarray, pool, k: int) -> list[str]:
+    def _node_channel(self, conversation_id: str, route: Route, qv: np.ndarray, pool, k: int,
+                      scope: "WindowScope | None" = None) -> list[str]:
         names = list(dict.fromkeys([*route.entities, *route.topics]))
         matched = self.store.match_nodes(conversation_id, names) if names else []
         by_vector = self.store.vector_topk("nodes", conversation_id, qv, self.cfg.max_node_matches)
@@ -120,15 +154,23 @@ class Retriever:
         node_ids = node_ids[: self.cfg.max_node_matches * 2]
         if not node_ids:
             return []
-        keys = self._add_records(self.store.node_records(conversation_id, node_ids), pool)
+        rows = self.store.node_records(conversation_id, node_ids)
+        if scope:
+            rows = [r for r in rows if r["record_id"] in scope.record_ids]
+        keys = self._add_records(rows, pool)
         return self._rank_by_vector(list(dict.fromkeys(keys)), pool, qv)[:k]
 
-    def _map_turns(self, conversation_id: str, turn_rows: list[dict], pool) -> list[str]:
+    def _map_turns(self, conversation_id: str, turn_rows: list[dict], pool,
+                   scope: "WindowScope | None" = None) -> list[str]:
+        """Turn hits -> the records citing them (in hit order); a turn no (in-scope) record
+        cites stays as raw-turn evidence."""
         if not turn_rows:
             return []
         turn_ids = [t["turn_id"] for t in turn_rows]
         covering: dict[str, list[dict]] = {}
         for rec in self.store.records_for_turns(conversation_id, turn_ids):
+            if scope and rec["record_id"] not in scope.record_ids:
+                continue
             for tid in rec["source_turn_ids"]:
                 covering.setdefault(tid, []).append(rec)
         keys: list[str] = []
@@ -252,19 +294,36 @@ def entity_names(store, conversation_id: str) -> list[str]:
 # `lychee-ray query`
 # --------------------------------------------------------------------------------------------
 def query_command(cfg, store_dir: str, conversation_id: str, question: str, k: int = 8) -> str:
-    from .embed import Embedder
-    from .rules import RulesPlanner
+    """The top-k selected evidence for one question, for a person: type, time, entities, source
+    turns. An unknown store or conversation is a one-sentence StoreError (the CLI exits 2)."""
     from .store import StoreError, open_store
 
-    store = open_store(store_dir, cfg)
-    if conversation_id not in set(store.conversation_ids()):
-        raise StoreError(f"conversation {conversation_id!r} is not in the store at {store_dir}")
+    with open_store(store_dir, cfg) as store:
+        known_ids = store.conversation_ids()
+        if conversation_id not in known_ids:
+            raise StoreError(_unknown_conversation(conversation_id, store_dir, known_ids))
+        return _render_query(cfg, store, conversation_id, question, k)
+
+
+def _unknown_conversation(conversation_id: str, store_dir: str, known_ids: list[str]) -> str:
+    shown = ", ".join(known_ids[:5]) + (", ..." if len(known_ids) > 5 else "")
+    holds = f"it holds {len(known_ids)} conversations: {shown}" if known_ids else "it holds no conversations"
+    return f"conversation {conversation_id!r} is not in the store at {store_dir} ({holds})."
+
+
+def _render_query(cfg, store, conversation_id: str, question: str, k: int) -> str:
+    from .embed import Embedder
+    from .rules import RulesPlanner
+
     embedder = Embedder(cfg.embedding)
     known = entity_names(store, conversation_id)
-    plan = RulesPlanner().plan(question, None, known)
-    retrieval = Retriever(store, cfg.retrieval, embedder.encode).retrieve(conversation_id, plan, question)
     turns = {t["turn_id"]: t for t in store.turns(conversation_id)}
-    lines = [f"{conversation_id}: {question}", f"plan: {plan.model_dump_json()}", ""]
+    # asked now, i.e. after the conversation: relative dates ("in June") resolve against its end
+    stamps = [t["timestamp"] for t in turns.values() if t["timestamp"] is not None]
+    asked_at = max(stamps).date().isoformat() if stamps else None
+    plan = RulesPlanner().plan(question, asked_at, known)
+    retrieval = Retriever(store, cfg.retrieval, embedder.encode).retrieve(conversation_id, plan, question)
+    lines = [f"{conversation_id}: {question}", f"asked at: {asked_at}", f"plan: {plan.model_dump_json()}", ""]
     for i, ev in enumerate(retrieval.selected[:k], start=1):
         lines.append(f"{i}. [{ev.type or 'raw turn'}] {ev.text}")
         if ev.time:

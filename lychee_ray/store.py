@@ -75,6 +75,9 @@ from .config import LycheeConfig
 from .schemas import INGEST_TABLES, SCHEMA_VERSION, Conversation, table_schemas
 
 log = logging.getLogger(__name__)
+# bm25s sets its own logger to DEBUG on import, which puts "Building index" lines on a user's
+# stderr (e.g. under `lychee-ray query`); leave its level to the application's root logger.
+logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 STORE_FORMAT = "lychee-ray-store"
 MANIFEST = "manifest.json"

@@ -35,3 +35,4 @@ def ray_local():
 
 
 from .support.fixtures import fake_openai, tiny_model_dir, vllm_server  # noqa: E402,F401  (LLM-path fixtures)
+from .support.locomo_store import locomo_dev_store  # noqa: E402,F401  (the shared LoCoMo dev store)

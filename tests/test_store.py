@@ -443,3 +443,81 @@ def test_rows_carry_embeddings_as_float32_and_survive_unfinished_caller_results(
     np.testing.assert_array_equal(row["embedding"], conv.record_embeddings[5])
     turns = store.turns("c3")
     np.testing.assert_array_equal(np.stack([t["embedding"] for t in turns]), conv.turn_embeddings)
+
+
+# ---------------------------------------------------------------------------- the LoCoMo dev store
+def read_table(store_dir, table: str) -> pa.Table:
+    """A table straight from its Parquet files (no DuckDB): the independent side of a check."""
+    return pq.read_table(os.path.join(store_dir, table))
+
+
+def test_locomo_nodes_all_kinds_with_sane_counts(locomo_dev_store):
+    nodes = read_table(locomo_dev_store, "nodes").to_pylist()
+    edges = read_table(locomo_dev_store, "record_nodes").to_pylist()
+    records = read_table(locomo_dev_store, "records").to_pylist()
+    turns = read_table(locomo_dev_store, "turns").to_pylist()
+    records_of: dict[tuple, list[str]] = {}
+    for e in edges:
+        records_of.setdefault((e["conversation_id"], e["node_id"]), []).append(e["record_id"])
+    edge_count = {key: len(ids) for key, ids in records_of.items()}
+    topics_of = {r["record_id"]: {" ".join(t.split()).casefold() for t in r["topics"]} for r in records}
+    assert len({n["node_id"] for n in nodes}) == len(nodes)
+    for cid in sorted({n["conversation_id"] for n in nodes}):
+        mine = [n for n in nodes if n["conversation_id"] == cid]
+        by_kind: dict[str, list[dict]] = {}
+        for n in mine:
+            by_kind.setdefault(n["kind"], []).append(n)
+        assert set(by_kind) == {"entity", "topic", "entity_topic", "time", "event_frame"}, cid
+        n_records = sum(r["conversation_id"] == cid for r in records)
+        sessions = {t["session_id"] for t in turns if t["conversation_id"] == cid}
+        # every node is linked, and n_records is its true edge count
+        assert all(n["n_records"] == edge_count.get((cid, n["node_id"]), 0) >= 1 for n in mine), cid
+        # both speakers are entities and the two most linked ones
+        speakers = {t["speaker"] for t in turns if t["conversation_id"] == cid}
+        top2 = {n["name"] for n in sorted(by_kind["entity"], key=lambda n: -n["n_records"])[:2]}
+        assert top2 == speakers, (cid, top2, speakers)
+        # time nodes are day or month buckets; event frames at least one per session
+        assert all(re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", n["name"]) for n in by_kind["time"]), cid
+        assert len(sessions) <= len(by_kind["event_frame"]) <= n_records, cid
+        # an entity-topic node pairs an entity node with a topic that each of its records has
+        entities = {n["name"].casefold() for n in by_kind["entity"]}
+        for n in by_kind["entity_topic"]:
+            ent, _, top = n["name"].partition(" / ")
+            assert ent in entities, (cid, n["name"])
+            linked = [topics_of[rid] for rid in records_of[(cid, n["node_id"])]]
+            assert all(top in t for t in linked), (cid, n["name"])
+        assert len(mine) < 2 * n_records, cid  # organize summarizes, it does not explode
+    edge_records = {(e["conversation_id"], e["record_id"]) for e in edges}
+    assert all((r["conversation_id"], r["record_id"]) in edge_records for r in records)  # no record unlinked
+
+
+def test_locomo_vector_topk_equals_numpy_bruteforce(locomo_dev_store):
+    """Real MiniLM query vectors against real record/turn vectors: DuckDB's top-k over the
+    views is the numpy brute-force top-k over the same vectors read straight from Parquet."""
+    from lychee_ray.embed import Embedder
+
+    cfg = LycheeConfig.model_validate({"embedding": {"model": "bundled:all-MiniLM-L6-v2", "dim": 384}})
+    questions = read_table(locomo_dev_store, "questions").to_pylist()
+    embedder = Embedder(cfg.embedding)
+    k = 25
+    with open_store(str(locomo_dev_store), cfg) as store:
+        for table, id_col in (("records", "record_id"), ("turns", "turn_id")):
+            data = read_table(locomo_dev_store, table).select(["conversation_id", id_col, "embedding"]).to_pylist()
+            for cid in store.conversation_ids():
+                rows = [r for r in data if r["conversation_id"] == cid]
+                ids = [r[id_col] for r in rows]
+                mat = np.array([r["embedding"] for r in rows], dtype=np.float64)
+                mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+                asked = [q["question"] for q in questions if q["conversation_id"] == cid][:3]
+                for qv in embedder.encode(asked):
+                    sims = mat @ (qv / np.linalg.norm(qv))
+                    want = np.sort(sims)[::-1][:k]
+                    got = store.vector_topk(table, cid, qv, k)
+                    assert len(got) == k
+                    np.testing.assert_allclose([g["score"] for g in got], want, atol=1e-5)
+                    # each returned id really has the score reported (ties may swap equal ones)
+                    sim_of = dict(zip(ids, sims))
+                    np.testing.assert_allclose([sim_of[g[id_col]] for g in got], want, atol=1e-5)
+                    gap = want[:-1] - want[1:]
+                    if gap.min() > 1e-5:  # no near-ties: the exact same order
+                        assert [g[id_col] for g in got] == [ids[i] for i in np.argsort(-sims)[:k]]

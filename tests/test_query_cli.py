@@ -1,0 +1,78 @@
+"""`lychee-ray query` as a person runs it (a subprocess on the real LoCoMo dev store): it prints
+records with type, time, entities and source turns; bad input is one sentence and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+
+from lychee_ray.schemas import RECORD_TYPES
+
+from .conftest import REPO
+
+LOCAL = str(REPO / "configs" / "local.yaml")
+
+
+def run_query(store, conversation: str, question: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "lychee_ray.cli", "query", "--config", LOCAL, "--store", str(store),
+           "--conversation", conversation, "-k", "5", question]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def assert_one_sentence(proc: subprocess.CompletedProcess, *must_contain: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    err = proc.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("lychee-ray query: ") and err.endswith("."), err
+    for text in must_contain:
+        assert text in err, err
+    assert proc.stdout == ""
+
+
+def test_missing_store_path(tmp_path):
+    missing = tmp_path / "no-such-store"
+    assert_one_sentence(run_query(missing, "conv-26", "Where did Caroline move from?"), str(missing), "does not exist")
+
+
+def test_store_of_another_schema_version(locomo_dev_store, tmp_path):
+    copy = tmp_path / "old-store"
+    shutil.copytree(locomo_dev_store, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["schema_version"] = 0
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert_one_sentence(run_query(copy, "conv-26", "Where did Caroline move from?"), "schema version 0", str(copy))
+
+
+def test_unknown_conversation(locomo_dev_store):
+    proc = run_query(locomo_dev_store, "conv-999", "Where did Caroline move from?")
+    assert_one_sentence(proc, "'conv-999'", "conv-26")  # names the id and lists the known ones
+
+
+def test_query_prints_records_with_type_time_entities_and_source_turns(locomo_dev_store):
+    question = "When did Melanie go camping in June?"
+    proc = run_query(locomo_dev_store, "conv-26", question)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
+    assert out[0] == f"conv-26: {question}"
+    assert out[1] == "asked at: 2023-10-22"  # the conversation's last session: "June" is June 2023
+    assert '"time_window":{"start":"2023-06-01","end":"2023-06-30"}' in out[2]
+    items = [line for line in out if line[:1].isdigit() and ". [" in line]
+    assert 1 <= len(items) <= 5 and any("camping" in line for line in items)
+    assert all(line.split(". [", 1)[1].split("]")[0] in RECORD_TYPES + ("raw turn",) for line in items)
+    times = [line.strip().removeprefix("time: ") for line in out if line.strip().startswith("time: ")]
+    # the time-routed question keeps to its window: every shown time overlaps June 2023
+    assert times and all(t.split("..")[0] <= "2023-06-30" and t.split("..")[-1] >= "2023-06-01" for t in times), times
+    assert any(line.strip().startswith("entities: ") and "Melanie" in line for line in out)
+    # each "<-" line is a real turn of conv-26, quoted from the store
+    turns = {t["turn_id"]: t for t in pq.read_table(locomo_dev_store / "turns").to_pylist() if t["conversation_id"] == "conv-26"}
+    sources = [line.strip()[3:] for line in out if line.strip().startswith("<- ")]
+    assert sources
+    for src in sources:
+        tid, speaker, text = src.split(" ", 1)[0], src.split(" ", 2)[1].rstrip(":"), src.split(": ", 1)[1]
+        assert turns[tid]["speaker"] == speaker and turns[tid]["text"].startswith(text)
