@@ -490,8 +490,30 @@ class StoreWriter:
         for table in INGEST_TABLES:
             if per_table[table]:
                 files[table] = self._write_table(table, batch_id, per_table[table])
-        self._write_commit(batch_id, convs, files)
+        self._write_commit(batch_id, [(c.conversation_id, c.status) for c in convs], files)
         return [_summary(c) for c in convs]
+
+    def write_tables(self, tables: dict[str, pa.Table], statuses: dict[str, str]) -> str:
+        """Commit already-built Arrow tables (exact table schemas) as one batch of the
+        conversations in `statuses` ({conversation_id: status}); rows are sorted by
+        conversation_id as `write_batch` writes them. For tools that copy or relabel stored
+        rows (benchmarks/bench_store.py) without rebuilding Conversation objects."""
+        ids = sorted(statuses)
+        batch_id = batch_id_for(ids)
+        schemas = table_schemas(self.dim)
+        fs, base = self._paths()
+        files = {}
+        for table in INGEST_TABLES:
+            data = tables.get(table)
+            if data is None or data.num_rows == 0:
+                continue
+            data = data.cast(schemas[table]).sort_by("conversation_id")
+            rel = f"{table}/part-{batch_id}.parquet"
+            fs.create_dir(_join(base, table), recursive=True)
+            _write_atomic(fs, _join(base, rel), lambda sink, d=data: self._write_parquet(d, sink))
+            files[table] = {"path": rel, "rows": data.num_rows}
+        self._write_commit(batch_id, [(cid, statuses[cid]) for cid in ids], files)
+        return batch_id
 
     def _write_table(self, table: str, batch_id: str, rows: list[dict]) -> dict:
         fs, base = self._paths()
@@ -516,14 +538,14 @@ class StoreWriter:
             use_byte_stream_split=["embedding.list.element"] if has_emb else False,
         )
 
-    def _write_commit(self, batch_id: str, convs: list[Conversation], files: dict) -> None:
+    def _write_commit(self, batch_id: str, convs: list[tuple[str, str]], files: dict) -> None:
         fs, base = self._paths()
         commit = {
             "batch_id": batch_id,
             "schema_version": SCHEMA_VERSION,
             "build_hash": self.cfg.build_hash(),
             "committed_at": _now(),
-            "conversations": [{"conversation_id": c.conversation_id, "status": c.status} for c in convs],
+            "conversations": [{"conversation_id": cid, "status": status} for cid, status in convs],
             "files": files,
         }
         fs.create_dir(_join(base, COMMITS), recursive=True)

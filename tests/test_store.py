@@ -521,3 +521,26 @@ def test_locomo_vector_topk_equals_numpy_bruteforce(locomo_dev_store):
                     gap = want[:-1] - want[1:]
                     if gap.min() > 1e-5:  # no near-ties: the exact same order
                         assert [g[id_col] for g in got] == [ids[i] for i in np.argsort(-sims)[:k]]
+
+
+def test_write_tables_commits_relabelled_rows_like_a_batch(store_dir, tmp_path):
+    """Copy c1's stored rows under a new id with write_tables: the copy reads back like c1."""
+    import pyarrow.compute as pc
+
+    out = str(tmp_path / "copy")
+    prepare_output(out, make_cfg())
+    copied = {}
+    for table in INGEST_TABLES:
+        data = pq.read_table(os.path.join(store_dir, table))
+        data = data.filter(pc.equal(data.column("conversation_id"), "c1"))
+        idx = data.schema.get_field_index("conversation_id")
+        copied[table] = data.set_column(idx, "conversation_id", pa.array(["c1-copy"] * data.num_rows))
+    StoreWriter(out, make_cfg()).write_tables(copied, {"c1-copy": "ok"})
+    with open_store(out, make_cfg()) as s, open_store(store_dir, make_cfg()) as orig:
+        assert s.conversation_ids() == ["c1-copy"]
+        q = CONVS["c1"].record_embeddings[2]
+        assert [r["record_id"] for r in s.vector_topk("records", "c1-copy", q, 4)] == \
+            [r["record_id"] for r in orig.vector_topk("records", "c1", q, 4)]
+        assert {t: count(s, t) for t in INGEST_TABLES} == {
+            t: orig.con.execute(f"SELECT count(*) FROM {t} WHERE conversation_id = 'c1'").fetchall()[0][0]
+            for t in INGEST_TABLES}
