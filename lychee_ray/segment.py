@@ -165,7 +165,32 @@ def segment_exchanges(
             bounds.append(Boundary(start, t, p, reason))
             start, ahead = t, []
     bounds.append(Boundary(start, T, 1.0, "end"))
+    if cfg.merge_short_tails:
+        bounds = merge_short_tails(bounds, tokens, sessions, cfg)
     return bounds, np.array(probs)
+
+
+def merge_short_tails(bounds: list[Boundary], n_tokens: list[int], sessions: list, cfg: SegmenterConfig) -> list[Boundary]:
+    """A segment shorter than min_exchanges that a session change (or the conversation's end)
+    closes joins the previous segment when that one is of the same session and the token cap
+    allows. min_exchanges then holds at session ends too: a threshold cut just before a session
+    ends would otherwise leave a one-exchange segment (and one LLM call for it). Online, this
+    holds a closed segment back for at most min_exchanges - 1 exchanges."""
+    out: list[Boundary] = []
+    for b in bounds:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and b.reason in ("session", "end")
+            and b.end - b.start < cfg.min_exchanges
+            and prev.reason == "threshold"
+            and sessions[prev.end - 1] == sessions[b.start]  # the cut was inside a session
+            and sum(n_tokens[prev.start : b.end]) <= cfg.token_cap
+        ):
+            out[-1] = Boundary(prev.start, b.end, b.p, b.reason)
+        else:
+            out.append(b)
+    return out
 
 
 

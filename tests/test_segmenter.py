@@ -136,3 +136,65 @@ def test_exchange_embeddings_are_normalized_means_and_fixed_windows():
     assert np.allclose(ex[0], [1 / math.sqrt(2), 1 / math.sqrt(2)])
     assert np.allclose(ex[1], [1, 0])
     assert [(b.start, b.end) for b in fixed_windows(7, 3)] == [(0, 3), (3, 6), (6, 7)]
+
+
+def topic_walk(rng, n, dim=48, switch=0.15):
+    """Unit vectors around topics that switch at random: threshold cuts at varied lengths."""
+    topic, out = rng.normal(size=dim), []
+    for _ in range(n):
+        if rng.random() < switch:
+            topic = rng.normal(size=dim)
+        out.append(unit(topic + 0.6 * rng.normal(size=dim)))
+    return np.array(out)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"session_policy": "feature"}, {"session_policy": "ignore", "merge_short_tails": False}, {"token_cap": 120, "min_exchanges": 3}],
+)
+def test_incremental_segmenter_equals_naive_pairwise_reference(overrides):
+    from benchmarks.bench_segmenter import naive_segment_exchanges
+
+    rng = np.random.default_rng(11)
+    emb = topic_walk(rng, 400)
+    tokens = rng.integers(5, 60, size=400)
+    sessions = [f"s{i // 37}" for i in range(400)]
+    cfg = SegmenterConfig(**overrides)
+    fast, p_fast = segment_exchanges(emb, tokens, sessions, cfg)
+    slow, p_slow = naive_segment_exchanges(emb, tokens, sessions, cfg)
+    assert [(b.start, b.end, b.reason) for b in fast] == [(b.start, b.end, b.reason) for b in slow]
+    assert np.allclose(p_fast, p_slow, atol=1e-9)
+    assert len({b.reason for b in fast}) >= 2 and len(fast) > 20  # the case exercises real cuts
+
+
+def test_step_and_precomputed_dots_paths_agree():
+    rng = np.random.default_rng(3)
+    emb = topic_walk(rng, 120)
+    cfg = SegmenterConfig(merge_short_tails=False)
+    seg = OnlineSegmenter(cfg)
+    stepped = [seg.step(e, 30, "s")[0] for e in emb]
+    bounds, _ = segment_exchanges(emb, [30] * 120, ["s"] * 120, cfg)
+    assert [t for t, cut in enumerate(stepped) if cut] == [b.start for b in bounds[1:]]
+
+
+def _turn_pressure_cfg(**kw):
+    # logit = -3 + |S_k|: cuts make 4-exchange segments, whatever the content
+    return SegmenterConfig(bias=-3.0, w_surprise=0.0, w_cohesion=0.0, w_length=0.0, w_turns=1.0, turn_scale=1, **kw)
+
+
+def test_short_session_tail_joins_the_previous_segment():
+    v = unit([1, 0, 0])
+    sessions = ["s1"] * 5 + ["s2"] * 4
+    merged, _ = segment_exchanges(np.array([v] * 9), [10] * 9, sessions, _turn_pressure_cfg())
+    assert [(b.start, b.end, b.reason) for b in merged] == [(0, 5, "session"), (5, 9, "end")]
+    kept, _ = segment_exchanges(np.array([v] * 9), [10] * 9, sessions, _turn_pressure_cfg(merge_short_tails=False))
+    assert [(b.start, b.end) for b in kept] == [(0, 4), (4, 5), (5, 9)]
+
+
+@pytest.mark.parametrize("cap,expected", [(80, [(0, 4), (4, 6), (6, 10)]), (120, [(0, 6), (6, 10)])])
+def test_short_tail_joins_only_within_the_token_cap(cap, expected):
+    v = unit([1, 0, 0])
+    sessions = ["s1"] * 6 + ["s2"] * 4
+    tokens = [10, 10, 10, 10, 30, 30, 10, 10, 10, 10]  # merged s1 would hold 100 tokens
+    bounds, _ = segment_exchanges(np.array([v] * 10), tokens, sessions, _turn_pressure_cfg(token_cap=cap, min_exchanges=3))
+    assert [(b.start, b.end) for b in bounds] == expected
