@@ -379,12 +379,29 @@ def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list
                 benchmark=source if source in ("locomo", "longmemeval") else "generic",
             )
         )
-    for it in items:
-        if not it.question.strip():
-            it.status, it.error = "error", f"question {it.question_id} is empty"
     if cfg.evaluate.max_questions:
         items = items[: cfg.evaluate.max_questions]
+    mark_unanswerable(store, items, questions_path or "the store's questions table")
     return items
+
+
+def mark_unanswerable(store, items: list[QAItem], where: str) -> None:
+    """Questions that cannot be answered become error rows (one log line each) before any stage
+    runs, so the rest of the batch is evaluated: an empty question, a conversation the store
+    does not hold, a conversation without records."""
+    n_records = dict(store.con.execute("select conversation_id, count(*) from records group by 1").fetchall())
+    known = set(store.conversation_ids())
+    for it in items:
+        if not it.question.strip():
+            it.error = f"question {it.question_id} is empty"
+        elif it.conversation_id not in known:
+            it.error = f"question {it.question_id} names conversation {it.conversation_id!r}, which is not in the store"
+        elif not n_records.get(it.conversation_id):
+            it.error = f"question {it.question_id}: the store has no records for conversation {it.conversation_id!r}"
+        else:
+            continue
+        it.status = "error"
+        log.warning("%s: %s; recorded as an error row, the other questions go on", where, it.error)
 
 
 def _read_question_file(path: str) -> list[dict]:
