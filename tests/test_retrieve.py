@@ -247,3 +247,30 @@ def test_mmr_prefers_diverse_evidence_over_near_duplicates(store, embedder):
 
     assert math.isfinite(max_pair_cos(mmr.selected))
     assert mean_pair_cos(mmr.selected) < mean_pair_cos(plain.selected)
+
+
+def test_cross_encoder_rerank_reorders_the_fused_head_by_its_own_scores(store, embedder):
+    """A real CrossEncoder (MiniLM weights with a fresh, seeded score head: no reranker weights
+    ship offline); the expected order comes from calling the model directly."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    from lychee_ray.embed import resolve_model_path
+    from lychee_ray.retrieve import CrossEncoderReranker
+
+    torch.manual_seed(0)
+    model = CrossEncoder(resolve_model_path("bundled:all-MiniLM-L6-v2"), num_labels=1)
+    cfg = local_config("retrieval.rerank.top_n=10").retrieval
+    reranker = CrossEncoderReranker(cfg.rerank, model=model)
+    r = Retriever(store, cfg, embedder.encode, reranker)
+    question = "What did Melanie and her family do on their camping trips?"
+    plan = RulesPlanner().plan(question, QUESTION_DATE, ["Melanie", "Caroline"])
+    result = r.retrieve(CID, plan, question, budget=800)
+    fused = r.fuse(r.channel_rankings(CID, plan, embedder.encode([question]))[0])
+    head = [k for k, _ in fused[:10]]
+    scores = model.predict([(question, result.candidates[k].text) for k in head])
+    want = [head[i] for i in sorted(range(10), key=lambda i: (-scores[i], i))]
+    assert [k for k, _ in result.fused[:10]] == want
+    assert [k for k, _ in result.fused[10:]] == [k for k, _ in fused[10:]]
+    assert [s for _, s in result.fused] == sorted((s for _, s in result.fused), reverse=True)
+    assert result.selected and result.context_tokens <= 800
