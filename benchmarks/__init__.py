@@ -1,1 +1,16 @@
-"""Speed and cost measurements (never timed asserts in the test suite)."""
+"""Speed and cost measurements (never timed asserts in the test suite).
+
+Convention, for every `benchmarks/bench_<name>.py`:
+- it runs as `python -m benchmarks.bench_<name> [--quick]`, and `--quick` is a small size that
+  finishes in about a minute;
+- it exposes `main(argv: list[str] | None = None) -> pathlib.Path`, which parses `argv` (None:
+  the command line), writes `benchmarks/results/<name>.md` (plus any PNGs beside it; the folder
+  is git-ignored) and returns the Markdown's path;
+- speed figures are ratios or side-by-side numbers measured in the same run, with the command
+  and the machine (CPUs) in the Markdown, since absolute numbers on a shared box drift;
+- the module docstring says what is measured and how.
+
+`python -m benchmarks.run_all [--quick] [--only NAME ...]` (the Makefile's `make bench`) finds
+these modules and runs each `main`. Helpers that are not benchmarks (synth_archive,
+tune_segmenter, ...) do not start with `bench_` and are not run by it.
+"""
