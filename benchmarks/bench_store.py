@@ -1,30 +1,31 @@
-"""Store query latency at 10 / 100 / 1,000 conversations, and what conversation pruning buys.
+"""Store query latency at 10 / 100 / 1,000 conversations, and what pruning by conversation buys.
 
-One "question" runs the store side of the four retrieval channels on one random conversation:
-record vector top-k; node match + expansion (match_nodes, then node_records); time window; raw
-turns (vector top-k + BM25). Stores are synthetic but sized like real LoCoMo-scale ingests
-(~600 turns, ~1,500 records, ~400 nodes, 3 edges per record, 384-d float32), generated with
-numpy and written through `StoreWriter` (not the pipeline).
+How the stores are made (say so in every report):
+- base: `synth_archive` recombines LoCoMo dev sessions into `--base` synthetic conversations (3-6
+  sessions each, real dialogue), and the real ingest pipeline (rules backend, MiniLM, local Ray)
+  builds a store from them. `--base-store DIR` reuses a store built earlier instead.
+- 100 and 1,000: an ingest of 1,000 conversations takes far too long on 2 shared cores, so the
+  base store's rows are copied and relabelled (new conversation ids, ids prefixed so they stay
+  unique) and committed through `StoreWriter.write_tables` in batches of
+  `store.conversations_per_file`, i.e. the same file layout an ingest of that size writes.
 
-Variants per scale:
-- pruned: the normal store (rows sorted by conversation_id, small row groups) and the normal
-  helpers; `conversation_id = $cid` is pushed into the Parquet scan, and row groups whose min/max
-  exclude the conversation are never opened.
-- no row-group stats: the same files, but the helpers filter on
-  `hash(conversation_id) = hash($cid)`, which statistics cannot decide. DuckDB still evaluates it
-  inside the scan and skips decoding the other columns (the embeddings) of row batches with no
-  match, so because rows are clustered by conversation this costs little.
-- no pushdown: the same files and helpers with DuckDB's filter_pushdown optimizer disabled: the
-  scan decodes every row and the filter runs above it. This is what an unpruned store costs.
-- one unsorted file (10 and 100 only): all conversations in one file per table, rows shuffled;
-  the filter is pushed down, but matches are in every row batch, so everything is decoded.
+One "question" is the store side of the four retrieval channels on one random conversation,
+each timed: record vector top-k; node match + expansion; time window; turn vector top-k; BM25
+over turns (cold: index built, what a conversation's first question pays; warm: cached); and
+`retrieve`, the whole `Retriever.retrieve` (all channels, RRF, MMR) on the rules planner's plan.
+Query vectors are MiniLM embeddings of the base conversations' real LoCoMo questions.
 
-BM25 is measured cold (index built for the conversation, what the first question of a
-conversation pays) and warm (cached). The page cache is warm: stores fit in RAM here.
+Variants: pruned (the normal store: rows sorted by conversation_id, small row groups, the filter
+pushed into the Parquet scan) and no pushdown (DuckDB's filter_pushdown optimizer off: every
+row is decoded and filtered above the scan; what an unpruned store costs). EXPLAIN ANALYZE of a
+one-conversation query shows the files and row groups DuckDB actually reads.
 
-    python -m benchmarks.bench_store [--scales 10 100 1000] [--questions 40] [--row-group-rows 4096 1024]
+Also: exact `array_cosine_similarity` top-k against a numpy brute force on the same vectors, and
+whether the `vss` extension installs here (needs the extension repository; no internet here).
 
-Writes a Markdown table to benchmarks/results/store.md (git-ignored) and prints it.
+    python -m benchmarks.bench_store [--quick] [--scales 10 100 1000] [--questions 40]
+
+Writes benchmarks/results/store.md (git-ignored) and returns its path.
 """
 
 from __future__ import annotations
@@ -32,265 +33,307 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import random
+import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lychee_ray.config import LycheeConfig, StoreConfig
-from lychee_ray.schemas import Conversation, MemoryRecord, Segment, Turn
+from lychee_ray.config import LycheeConfig, load_config
+from lychee_ray.schemas import INGEST_TABLES
 from lychee_ray.store import Store, StoreWriter, open_store, prepare_output
 
-DIM = 384
-N_TURNS, N_RECORDS, N_NODES, EDGES_PER_RECORD = 600, 1500, 400, 3
-TURNS_PER_SESSION, TURNS_PER_SEGMENT = 30, 8
-K = 30
+REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "store.md"
+LOCOMO = Path(os.environ.get("LYCHEE_SHARED", REPO.parent / "shared")) / "data" / "locomo" / "locomo_dev.json"
+# Id columns that must stay unique per copy (besides conversation_id, which is replaced).
+ID_COLUMNS = {"records": ["record_id", "segment_id"], "turns": ["segment_id"], "segments": ["segment_id"],
+              "nodes": ["node_id"], "record_nodes": ["record_id", "node_id"], "questions": ["question_id"]}
+CHANNELS = ["record_vec", "node", "time", "turn_vec", "bm25_cold", "bm25_warm", "retrieve"]
 
 
-# ------------------------------------------------------------------------------ synthetic data
-def _vocabulary(rng: np.random.Generator, n: int = 5000) -> np.ndarray:
-    syll = np.array(["ka", "lo", "mi", "ren", "tu", "sa", "vel", "dor", "pi", "an", "es", "qu", "zor", "li"])
-    return np.array(["".join(rng.choice(syll, size=rng.integers(2, 4))) + str(i % 7) for i in range(n)])
+# ------------------------------------------------------------------------------ stores
+def local_cfg(*overrides: str) -> LycheeConfig:
+    return load_config(REPO / "configs" / "local.yaml", ["ray.progress_bars=false", *overrides])
 
 
-def _texts(rng, vocab, zipf_p, n: int, words: int) -> list[str]:
-    ids = rng.choice(len(vocab), size=(n, words), p=zipf_p)
-    return [" ".join(row) for row in vocab[ids]]
+def build_base_store(out: Path, n: int, seed: int = 0) -> float:
+    """n synthetic conversations (synth_archive) through the real ingest, rules backend."""
+    from benchmarks.synth_archive import make_archive, write_archive
+    from lychee_ray.pipeline import run_ingest
 
-
-def _unit(rng, n: int) -> np.ndarray:
-    x = rng.standard_normal((n, DIM), dtype=np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def synthetic_conversation(idx: int, vocab: np.ndarray, zipf_p: np.ndarray) -> Conversation:
-    rng = np.random.default_rng(1000 + idx)
-    cid = f"conv-{idx:05d}"
-    day0 = dt.date(2022, 1, 1) + dt.timedelta(days=int(rng.integers(0, 365)))
-    session_day = [day0 + dt.timedelta(days=7 * s) for s in range(N_TURNS // TURNS_PER_SESSION)]
-    texts = _texts(rng, vocab, zipf_p, N_TURNS, 20)
-    turns = [
-        Turn(f"D{i // TURNS_PER_SESSION + 1}:{i % TURNS_PER_SESSION + 1}", i, f"s{i // TURNS_PER_SESSION + 1}",
-             "A" if i % 2 == 0 else "B", "speaker_a" if i % 2 == 0 else "speaker_b", texts[i],
-             f"{session_day[i // TURNS_PER_SESSION].isoformat()}T12:{i % 60:02d}:00")
-        for i in range(N_TURNS)
-    ]
-    segments = [
-        Segment(f"{cid}:seg{k:03d}", k, list(range(s, s + TURNS_PER_SEGMENT)),
-                list(range(s // 2, (s + TURNS_PER_SEGMENT) // 2)), 300, 0.6, "threshold")
-        for k, s in enumerate(range(0, N_TURNS, TURNS_PER_SEGMENT))
-    ]
-    src = np.sort(rng.integers(0, N_TURNS, size=N_RECORDS))
-    timed = rng.random(N_RECORDS) < 0.6
-    rtexts = _texts(rng, vocab, zipf_p, N_RECORDS, 15)
-    names = vocab[rng.choice(len(vocab), size=N_NODES, replace=False)]
-    records = []
-    for r in range(N_RECORDS):
-        t = int(src[r])
-        day = session_day[t // TURNS_PER_SESSION].isoformat() if timed[r] else None
-        records.append(MemoryRecord(
-            f"{cid}:r{r:05d}", segments[t // TURNS_PER_SEGMENT].segment_id, "fact", rtexts[r],
-            [str(names[r % 150])], [str(names[150 + r % 150])], day, day, "day" if day else "none", None,
-            [turns[t].turn_id], "rules"))
-    kinds = ["entity"] * 150 + ["topic"] * 150 + ["entity_topic"] * 60 + ["time"] * 40
-    nodes = [{"node_id": f"{cid}:n{j:04d}", "kind": kinds[j], "name": str(names[j]), "n_records": 0}
-             for j in range(N_NODES)]
-    edges = rng.integers(0, N_NODES, size=(N_RECORDS, EDGES_PER_RECORD))
-    record_nodes = sorted({(records[r].record_id, nodes[j]["node_id"]) for r in range(N_RECORDS) for j in edges[r]})
-    for _, node_id in record_nodes:
-        nodes[int(node_id.rsplit("n", 1)[1])]["n_records"] += 1
-    return Conversation(
-        conversation_id=cid, source="synthetic", source_file="bench", turns=turns,
-        exchanges=[[i, i + 1] for i in range(0, N_TURNS, 2)], turn_embeddings=_unit(rng, N_TURNS),
-        segments=segments, records=records, record_embeddings=_unit(rng, N_RECORDS),
-        nodes=nodes, node_embeddings=_unit(rng, N_NODES), record_nodes=record_nodes,
-        stats={"llm_calls": len(segments)},
-    )
-
-
-def build_store(out: str, n_convs: int, cfg: LycheeConfig, vocab, zipf_p, batch: int) -> float:
-    prepare_output(out, cfg)
-    writer = StoreWriter(out, cfg)
+    archive = out.parent / f"synth-{n}.json"
+    write_archive(make_archive(LOCOMO, n, seed), archive)
     t0 = time.perf_counter()
-    for start in range(0, n_convs, batch):
-        convs = [synthetic_conversation(i, vocab, zipf_p) for i in range(start, min(n_convs, start + batch))]
-        writer.write_batch(convs)
+    summary = run_ingest(local_cfg(), str(archive), str(out))
+    if summary.by_status.get("ok") != n:
+        raise RuntimeError(f"base ingest: {summary.by_status}")
     return time.perf_counter() - t0
 
 
-def shuffle_into_one_file(dst: str, cfg: LycheeConfig, n_convs: int, vocab, zipf_p) -> None:
-    """Same data as one batch (one file per table), then every file's rows shuffled in place."""
-    build_store(dst, n_convs, cfg, vocab, zipf_p, batch=n_convs)
-    rng = np.random.default_rng(7)
-    for table_dir in Path(dst).iterdir():
-        if table_dir.is_dir() and not table_dir.name.startswith("_"):
-            for part in table_dir.glob("part-*.parquet"):
-                data = pq.read_table(part)
-                data = data.take(rng.permutation(data.num_rows))
-                pq.write_table(data, part, row_group_size=cfg.store.row_group_rows,
-                               compression=cfg.store.compression)
+def _relabel(table: pa.Table, name: str, old: str, new: str) -> pa.Table:
+    """One conversation's rows under a new id; its own ids get a prefix so copies never collide."""
+    n = table.num_rows
+    table = table.set_column(table.schema.get_field_index("conversation_id"), "conversation_id", pa.array([new] * n))
+    for col in ID_COLUMNS.get(name, []):
+        i = table.schema.get_field_index(col)
+        table = table.set_column(i, col, pc.binary_join_element_wise(pa.scalar(f"{new}/"), table.column(col), ""))
+    return table
 
 
-# ------------------------------------------------------------------------------ queries
-class NoStatsStore(Store):
-    """Same helpers; the conversation filter is an expression that row-group min/max statistics
-    cannot decide, so every row group is opened (DuckDB still evaluates it inside the scan)."""
-
-    def _conv_eq(self, alias: str) -> str:
-        return f"hash({alias}.conversation_id) = hash($cid)"
-
-
-def question_inputs(store: Store, rng: np.random.Generator, conv_ids: list[str]) -> dict:
-    cid = conv_ids[int(rng.integers(len(conv_ids)))]
-    probe = _probe(int(cid.split("-")[1]))  # inputs from the generator, not the store under test
-    r = int(rng.integers(N_RECORDS))
-    q = probe["record_embeddings"][r] + 0.3 * _unit(rng, 1)[0]
-    day = probe["days"][int(rng.integers(N_TURNS))]
-    return {
-        "cid": cid, "q": q.astype(np.float32), "text": " ".join(probe["record_texts"][r].split()[:6]),
-        "names": [probe["node_names"][int(j)] for j in rng.integers(0, N_NODES, size=2)],
-        "start": day - dt.timedelta(days=15), "end": day + dt.timedelta(days=15),
-    }
-
-
-def _probe(idx: int) -> dict:
-    if idx not in PROBES:
-        conv = synthetic_conversation(idx, VOCAB, ZIPF)
-        PROBES[idx] = {
-            "record_embeddings": conv.record_embeddings,
-            "record_texts": [r.text for r in conv.records],
-            "node_names": [n["name"] for n in conv.nodes],
-            "days": [dt.date.fromisoformat(t.timestamp[:10]) for t in conv.turns],
-        }
-    return PROBES[idx]
+def replicate_store(base: Path, out: Path, n: int, cfg: LycheeConfig) -> float:
+    """A store of n conversations: copy j is base conversation j % n_base, relabelled."""
+    tables = {t: pq.read_table(base / t) for t in INGEST_TABLES if (base / t).exists()}
+    base_ids = sorted(set(tables["conversations"].column("conversation_id").to_pylist()))
+    per_conv = {t: {cid: data.filter(pc.equal(data.column("conversation_id"), cid)) for cid in base_ids}
+                for t, data in tables.items()}
+    prepare_output(str(out), cfg)
+    writer = StoreWriter(str(out), cfg)
+    per_file = cfg.store.conversations_per_file
+    t0 = time.perf_counter()
+    for start in range(0, n, per_file):
+        new_ids = [f"syn-{j:05d}" for j in range(start, min(n, start + per_file))]
+        batch = {t: [] for t in tables}
+        for j, new in zip(range(start, start + len(new_ids)), new_ids):
+            old = base_ids[j % len(base_ids)]
+            for t in tables:
+                batch[t].append(_relabel(per_conv[t][old], t, old, new))
+        writer.write_tables({t: pa.concat_tables(parts) for t, parts in batch.items()}, {c: "ok" for c in new_ids})
+    return time.perf_counter() - t0
 
 
-def run_question(store: Store, qi: dict) -> dict[str, float]:
-    cid, times = qi["cid"], {}
+# ------------------------------------------------------------------------------ questions
+class QuestionBank:
+    """Real LoCoMo questions of the base conversations, embedded once, with their rules plans."""
+
+    def __init__(self, base: Path, cfg: LycheeConfig):
+        from lychee_ray.embed import Embedder
+        from lychee_ray.rules import RulesPlanner
+
+        with open_store(str(base), cfg) as store:
+            rows = store.sql("SELECT conversation_id, question, CAST(question_date AS VARCHAR) AS qd FROM questions "
+                             "WHERE category != 'adversarial' ORDER BY question_id")
+            names = {cid: [r["name"] for r in store.sql(
+                "SELECT name FROM nodes WHERE conversation_id = $cid AND kind = 'entity' ORDER BY n_records DESC",
+                {"cid": cid})] for cid in store.conversation_ids()}
+        self.base_ids = sorted(names)
+        vecs = Embedder(cfg.embedding).encode([r["question"] for r in rows])
+        planner = RulesPlanner()
+        self.by_conv: dict[str, list[dict]] = {}
+        for row, vec in zip(rows, vecs):
+            plan = planner.plan(row["question"], row["qd"], names[row["conversation_id"]])
+            self.by_conv.setdefault(row["conversation_id"], []).append({**row, "vec": vec, "plan": plan})
+
+    def draw(self, rng: random.Random, store_ids: list[str]) -> tuple[str, dict]:
+        cid = rng.choice(store_ids)
+        base = cid if cid in self.by_conv else self.base_ids[int(cid.split("-")[1]) % len(self.base_ids)]
+        return cid, rng.choice(self.by_conv[base])
+
+
+def run_question(store: Store, retriever, cid: str, q: dict) -> dict[str, float]:
+    route, times = q["plan"].routes[0], {}
 
     def timed(name, fn):
         t0 = time.perf_counter()
-        out = fn()
+        fn()
         times[name] = (time.perf_counter() - t0) * 1000
-        return out
 
-    timed("record_vec", lambda: store.vector_topk("records", cid, qi["q"], K))
-    timed("node", lambda: store.node_records(
-        cid, [n["node_id"] for n in store.match_nodes(cid, qi["names"])][:8]))
-    timed("time", lambda: store.records_in_window(cid, qi["start"], qi["end"], K))
-    timed("turn_vec", lambda: store.vector_topk("turns", cid, qi["q"], K))
+    k = retriever.cfg.top_k_per_channel
+    if route.time_window:
+        start, end = route.time_window.start, route.time_window.end
+    else:  # no date in the question: the month before it was asked
+        asked = dt.date.fromisoformat(q["qd"][:10])
+        start, end = asked - dt.timedelta(days=30), asked
+    timed("record_vec", lambda: store.vector_topk("records", cid, q["vec"], k))
+    timed("node", lambda: store.node_records(cid, [n["node_id"] for n in store.match_nodes(cid, route.entities + route.topics)][:8]))
+    timed("time", lambda: store.records_in_window(cid, start, end, k))
+    timed("turn_vec", lambda: store.vector_topk("turns", cid, q["vec"], k))
     store._bm25.clear()
-    timed("bm25_cold", lambda: store.bm25_topk("turns", cid, qi["text"], K))
-    timed("bm25_warm", lambda: store.bm25_topk("turns", cid, qi["text"], K))
-    times["total"] = sum(v for k, v in times.items() if k != "bm25_warm")
+    timed("bm25_cold", lambda: store.bm25_topk("turns", cid, route.goal, k))
+    timed("bm25_warm", lambda: store.bm25_topk("turns", cid, route.goal, k))
+    timed("retrieve", lambda: retriever.retrieve(cid, q["plan"], q["question"]))
     return times
 
 
-def measure(store: Store, n_questions: int, seed: int = 0) -> dict[str, tuple[float, float]]:
-    rng = np.random.default_rng(seed)
-    conv_ids = store.conversation_ids()
-    for _ in range(3):  # warm-up: file metadata, first-call overheads
-        run_question(store, question_inputs(store, rng, conv_ids))
-    runs = [run_question(store, question_inputs(store, rng, conv_ids)) for _ in range(n_questions)]
-    return {k: _p50_p95([r[k] for r in runs]) for k in runs[0]}
+def measure(store: Store, bank: QuestionBank, cfg: LycheeConfig, n_questions: int, seed: int = 0) -> dict:
+    from lychee_ray.retrieve import Retriever, route_text
+
+    vec_of = {}  # the retriever's embed_fn: texts -> the question's precomputed MiniLM vector
+    retriever = Retriever(store, cfg.retrieval, lambda texts: np.stack([vec_of[t] for t in texts]))
+    rng = random.Random(seed)
+    ids = store.conversation_ids()
+    runs = []
+    for i in range(n_questions + 2):  # 2 warm-up questions: file metadata, first-call costs
+        cid, q = bank.draw(rng, ids)
+        for r in q["plan"].routes:
+            vec_of[route_text(r)] = q["vec"]
+        vec_of[q["question"]] = q["vec"]
+        t = run_question(store, retriever, cid, q)
+        if i >= 2:
+            runs.append(t)
+    return {c: _p50_p95([r[c] for r in runs]) for c in CHANNELS}
 
 
 def _p50_p95(xs: list[float]) -> tuple[float, float]:
     xs = sorted(xs)
-    p95 = xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
-    return statistics.median(xs), p95
+    return statistics.median(xs), xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
 
 
-def _du(path: str) -> str:
-    out = subprocess.run(["du", "-sh", path], capture_output=True, text=True).stdout.split()
-    return out[0] if out else "?"
+def scan_profile(store: Store, cid: str) -> str:
+    """What DuckDB reads for one conversation's records: files and row groups (EXPLAIN ANALYZE)."""
+    plan = store.con.execute("EXPLAIN ANALYZE SELECT count(*), max(array_length(embedding)) FROM records "
+                             "WHERE conversation_id = $cid", {"cid": cid}).fetchall()[0][1]
+    keep = [re.sub(r"[│\s]+", " ", line).strip() for line in plan.splitlines() if re.search(r"Files Read|Row Groups", line)]
+    return "; ".join(keep) or "(no scan statistics in the plan)"
+
+
+def files_per_table(store_dir: Path) -> int:
+    return len(list((store_dir / "records").glob("part-*.parquet")))
+
+
+# ------------------------------------------------------------------------------ extras
+def cosine_check(store: Store, bank: QuestionBank, k: int = 30) -> str:
+    """DuckDB array_cosine_similarity top-k vs numpy brute force on the same vectors, timed side by side."""
+    cid = store.conversation_ids()[0]
+    q = bank.by_conv[cid][0]["vec"]
+    ids, emb = store.embeddings("records", cid)
+    t0 = time.perf_counter()
+    got = store.vector_topk("records", cid, q, k)
+    t_duck = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ids2, emb2 = store.embeddings("records", cid)
+    sims = emb2 @ q / (np.linalg.norm(emb2, axis=1) * np.linalg.norm(q))
+    top = np.argsort(-sims)[:k]
+    t_np = time.perf_counter() - t0
+    same = sorted(g["record_id"] for g in got) == sorted(ids[i] for i in top)
+    return (f"array_cosine_similarity top-{k} over {len(ids)} records of {cid}: {t_duck * 1000:.1f} ms; "
+            f"numpy (read the conversation's vectors + brute force): {t_np * 1000:.1f} ms; same ids: {same}")
+
+
+def vss_check() -> str:
+    """Try INSTALL/LOAD vss in a child process (a hang or crash must not take the benchmark down)."""
+    code = "import duckdb; c = duckdb.connect(); c.execute('INSTALL vss'); c.execute('LOAD vss'); print('ok')"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        return "`INSTALL vss` did not finish within 90 s; not measured."
+    if out.returncode == 0 and "ok" in out.stdout:
+        return "`INSTALL vss` worked (not yet compared: add an HNSW variant)."
+    lines = out.stderr.strip().splitlines()
+    err = next((ln for ln in lines if "Error" in ln), lines[-1] if lines else "(no message)")[:300]
+    return f"`INSTALL vss` failed, so vss is not measured (exact array_cosine_similarity only): {err}"
 
 
 # ------------------------------------------------------------------------------ main
-PROBES: dict[int, dict] = {}
-VOCAB = _vocabulary(np.random.default_rng(0))
-_W = 1.0 / np.arange(1, len(VOCAB) + 1) ** 1.07
-ZIPF = _W / _W.sum()
-COLUMNS = ["record_vec", "node", "time", "turn_vec", "bm25_cold", "bm25_warm", "total"]
-
-
-def main() -> None:
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="10 and 100 conversations, 10 questions")
     ap.add_argument("--scales", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--questions", type=int, default=40)
-    ap.add_argument("--slow-questions", type=int, default=10, help="questions for full-scan variants at >=1000")
-    ap.add_argument("--row-group-rows", type=int, nargs="+", default=[StoreConfig().row_group_rows],
-                    help="store.row_group_rows values; all variants for the first, 'pruned' for the rest")
+    ap.add_argument("--slow-questions", type=int, default=8, help="questions for the no-pushdown variant at >= 1000")
+    ap.add_argument("--base", type=int, default=10, help="synthetic conversations ingested for the base store")
+    ap.add_argument("--base-store", default=None, help="reuse this store as the base instead of ingesting")
     ap.add_argument("--workdir", default=None, help="where stores are built (default: a temp dir, removed)")
     ap.add_argument("--out", default=str(RESULTS))
-    args = ap.parse_args()
-    work = args.workdir or tempfile.mkdtemp(prefix="lychee-bench-store-")
-    rows, notes = [], []
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.scales, args.questions, args.slow_questions = [s for s in args.scales if s <= 100] or [10, 100], 10, 5
+    return args
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = parse_args(argv)
+    cfg = local_cfg()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="lychee-bench-store-"))
+    work.mkdir(parents=True, exist_ok=True)
+    notes, rows = [], []
     try:
+        if args.base_store:
+            base = Path(args.base_store)
+            notes.append(f"base store: {base} (reused)")
+        else:
+            base = work / "base"
+            secs = build_base_store(base, args.base, seed=0)
+            notes.append(f"base store: {args.base} synth_archive conversations (seed 0) ingested with the rules backend in {secs:.0f} s")
+        bank = QuestionBank(base, cfg)
+        with open_store(str(base), cfg) as s:
+            n_base = len(s.conversation_ids())
+            sizes = s.sql("SELECT (SELECT count(*) FROM turns) AS turns, (SELECT count(*) FROM records) AS records, "
+                          "(SELECT count(*) FROM nodes) AS nodes")[0]
+            notes.append(f"per base conversation (mean): {sizes['turns'] / n_base:.0f} turns, {sizes['records'] / n_base:.0f} records, "
+                         f"{sizes['nodes'] / n_base:.0f} nodes; {cfg.embedding.dim}-d; k={cfg.retrieval.top_k_per_channel}")
+            notes.append(cosine_check(s, bank))
+        notes.append(vss_check())
         for n in args.scales:
-            for i, rg in enumerate(args.row_group_rows):
-                rows += bench_scale(n, rg, work, args, full=(i == 0), notes=notes)
+            rows += bench_scale(n, base, n_base, work, cfg, bank, args, notes)
             print(f"done: {n} conversations", flush=True)
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
     report = render(rows, notes)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(report)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report)
     print(report)
+    return out
 
 
-def bench_scale(n: int, rg: int, work: str, args, full: bool, notes: list[str]) -> list[tuple]:
-    cfg = LycheeConfig.model_validate({"embedding": {"model": "synthetic", "dim": DIM},
-                                       "store": {"row_group_rows": rg}})
-    sorted_dir = os.path.join(work, f"sorted-{n}-{rg}")
-    build_s = build_store(sorted_dir, n, cfg, VOCAB, ZIPF, cfg.store.conversations_per_file)
-    notes.append(f"{n} conversations, row groups of {rg}: written in {build_s:.1f} s, {_du(sorted_dir)} on disk")
+def bench_scale(n: int, base: Path, n_base: int, work: Path, cfg, bank, args, notes) -> list[tuple]:
+    if n == n_base:
+        store_dir, how = base, "the base store itself"
+    else:
+        store_dir = work / f"store-{n}"
+        secs = replicate_store(base, store_dir, n, cfg)
+        how = f"relabelled copies of the base, written in {secs:.0f} s"
+    du = subprocess.run(["du", "-sh", str(store_dir)], capture_output=True, text=True).stdout.split()[:1]
     rows = []
-    with open_store(sorted_dir, cfg) as store:
-        rows.append((n, rg, "pruned", args.questions, measure(store, args.questions)))
-    if full:
-        with open_store(sorted_dir, cfg) as base:
-            store = NoStatsStore(base.path, base.manifest, base.con, base._committed, keep=base._keep)
-            rows.append((n, rg, "no row-group stats", args.questions, measure(store, args.questions)))
-        slow_q = args.questions if n < 1000 else args.slow_questions
-        with open_store(sorted_dir, cfg) as store:
-            store.con.execute("SET GLOBAL disabled_optimizers = 'filter_pushdown'")
-            rows.append((n, rg, "no pushdown", slow_q, measure(store, slow_q)))
-    shutil.rmtree(sorted_dir)
-    if full and n <= 100:
-        flat_dir = os.path.join(work, f"unsorted-{n}-{rg}")
-        shuffle_into_one_file(flat_dir, cfg, n, VOCAB, ZIPF)
-        with open_store(flat_dir, cfg) as store:
-            rows.append((n, rg, "one unsorted file", args.questions, measure(store, args.questions)))
-        shutil.rmtree(flat_dir)
+    with open_store(str(store_dir), cfg) as store:
+        cid = store.conversation_ids()[len(store.conversation_ids()) // 2]
+        notes.append(f"{n} conversations ({how}; {files_per_table(store_dir)} files per table, {du[0] if du else '?'}): "
+                     f"one conversation's records scan: {scan_profile(store, cid)}")
+        rows.append((n, "pruned", args.questions, measure(store, bank, cfg, args.questions)))
+    slow_q = args.questions if n < 1000 else args.slow_questions
+    with open_store(str(store_dir), cfg) as store:
+        store.con.execute("SET GLOBAL disabled_optimizers = 'filter_pushdown'")
+        notes.append(f"{n} conversations, no pushdown: one conversation's records scan: {scan_profile(store, cid)}")
+        rows.append((n, "no pushdown", slow_q, measure(store, bank, cfg, slow_q)))
+    if store_dir != base:
+        shutil.rmtree(store_dir)
     return rows
 
 
 def render(rows, notes) -> str:
-    head = "| conversations | row group rows | layout / filter | questions | " + " | ".join(COLUMNS) + " |"
     lines = [
-        "# Store query latency (ms, p50 / p95 per question)",
+        "# Store query latency per question (ms, p50 / p95)",
         "",
-        f"duckdb {duckdb.__version__}, {os.cpu_count()} cores, "
-        f"{StoreConfig().conversations_per_file} conversations per file, per conversation {N_TURNS} turns / "
-        f"{N_RECORDS} records / {N_NODES} nodes / {N_RECORDS * EDGES_PER_RECORD} edges, {DIM}-d; k={K}.",
-        "total = record_vec + node + time + turn_vec + bm25_cold.",
+        f"duckdb {duckdb.__version__}, {os.cpu_count()} cores (shared with other jobs while measured), "
+        f"run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Rules backend; stores as described below.",
+        "bm25_cold rebuilds the conversation's BM25 index; retrieve = all channels + RRF + MMR (Retriever.retrieve).",
         "",
-        head,
-        "|" + "---|" * (4 + len(COLUMNS)),
+        "| conversations | variant | questions | " + " | ".join(CHANNELS) + " |",
+        "|" + "---|" * (3 + len(CHANNELS)),
     ]
-    for n, rg, variant, nq, stats in rows:
-        cells = " | ".join(f"{stats[c][0]:.1f} / {stats[c][1]:.1f}" for c in COLUMNS)
-        lines.append(f"| {n} | {rg} | {variant} | {nq} | {cells} |")
-    return "\n".join(lines + [""] + [f"- {x}" for x in notes]) + "\n"
+    for n, variant, nq, stats in rows:
+        lines.append(f"| {n} | {variant} | {nq} | " + " | ".join(f"{stats[c][0]:.1f} / {stats[c][1]:.1f}" for c in CHANNELS) + " |")
+    pruned = {n: s["retrieve"][0] for n, v, _, s in rows if v == "pruned"}
+    if len(pruned) > 1:
+        lo, hi = min(pruned), max(pruned)
+        lines += ["", f"Growth, pruned retrieve p50: {hi // lo}x the conversations -> {pruned[hi] / pruned[lo]:.2f}x the latency."]
+    for n in pruned:
+        slow = next((s["retrieve"][0] for m, v, _, s in rows if m == n and v == "no pushdown"), None)
+        if slow:
+            lines.append(f"- {n} conversations: pruning makes retrieve {slow / pruned[n]:.1f}x faster than no pushdown.")
+    return "\n".join(lines + ["", "## Notes", ""] + [f"- {x}" for x in notes]) + "\n"
 
 
 if __name__ == "__main__":
