@@ -237,7 +237,7 @@ def vss_check() -> str:
 # ------------------------------------------------------------------------------ main
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="10 and 100 conversations, 10 questions")
+    ap.add_argument("--quick", action="store_true", help="a 5-conversation base, 10 and 100 conversations, 10 questions")
     ap.add_argument("--scales", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--questions", type=int, default=40)
     ap.add_argument("--slow-questions", type=int, default=8, help="questions for the no-pushdown variant at >= 1000")
@@ -248,6 +248,7 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if args.quick:
         args.scales, args.questions, args.slow_questions = [s for s in args.scales if s <= 100] or [10, 100], 10, 5
+        args.base = min(args.base, 5)  # a smaller base ingest: the quick run stays near a minute
     return args
 
 
