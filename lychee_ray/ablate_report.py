@@ -229,7 +229,7 @@ def write_plots(out: Path, rows: list[dict], delta_rows: list[dict], main: list[
         xs = [r["delta"] for r in delta_rows]
         series = {"evidence recall": [r["recall"] for r in delta_rows], label: [r[metric] for r in delta_rows]}
         paths["delta"] = line_chart(out / "quality_vs_delta.png", xs, series, "Quality vs. boundary threshold delta", "delta", "score")
-    shown = [r for r in rows if r["variant"] in main or r["kind"] == "reference"]
+    shown = [r for r in rows if r["variant"] in main or r["kind"] == "reference"] or rows
     prefix = "judge" if metric == "judge_acc" else "f1"
     paths["per_category"] = bar_chart(
         out / "per_category.png",
