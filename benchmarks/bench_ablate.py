@@ -29,6 +29,7 @@ from pathlib import Path
 
 from lychee_ray.ablate import load_grid, run_ablation
 from lychee_ray.report import markdown_table
+from tests.support.locomo_cut import cut_locomo
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "configs" / "ablations" / "locomo.yaml"
@@ -36,20 +37,11 @@ DEMO = REPO / "data" / "demo" / "locomo_conv-30.json"
 RESULTS = REPO / "benchmarks" / "results"
 
 
-def cut_locomo(src: Path, dst: Path, sessions: int) -> tuple[int, int]:
-    """The first `sessions` sessions of a LoCoMo conversation, with the questions whose evidence
-    lies inside them. Returns (turns, questions)."""
-    raw = json.loads(src.read_text())
-    conv = raw[0] if isinstance(raw, list) else raw
-    body = {k: v for k, v in conv["conversation"].items() if not k.startswith("session_")}
-    kept: set[str] = set()
-    for i in range(1, sessions + 1):
-        body[f"session_{i}"] = conv["conversation"][f"session_{i}"]
-        body[f"session_{i}_date_time"] = conv["conversation"][f"session_{i}_date_time"]
-        kept |= {t["dia_id"] for t in body[f"session_{i}"]}
-    qa = [q for q in conv["qa"] if q.get("evidence") and all(e in kept for e in q["evidence"])]
-    dst.write_text(json.dumps([dict(conv, conversation=body, qa=qa)]))
-    return len(kept), len(qa)
+def cut_counts(path: Path) -> tuple[int, int]:
+    """(turns, questions) of a LoCoMo file."""
+    convs = json.loads(path.read_text())
+    turns = sum(len(v) for c in convs for k, v in c["conversation"].items() if isinstance(v, list))
+    return turns, sum(len(c["qa"]) for c in convs)
 
 
 def parse_args(argv):
@@ -76,7 +68,8 @@ def main(argv: list[str] | None = None) -> Path:
     work = Path(tempfile.mkdtemp(prefix="lychee-bench-ablate-"))
     try:
         data = work / "input.json"
-        n_turns, n_questions = cut_locomo(DEMO, data, args.sessions)
+        cut_locomo(DEMO, data, conversations=1, sessions=args.sessions)
+        n_turns, n_questions = cut_counts(data)
         spec = load_grid(SPEC)
         names = [v.name for v in spec.spec.variants if not v.window_matches]
         grid_s, result = timed_grid(names, data, work / "grid", args.questions)

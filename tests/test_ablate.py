@@ -13,11 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from benchmarks.bench_ablate import cut_locomo
+from benchmarks.bench_ablate import cut_counts
 from lychee_ray.ablate import balanced_windows, load_grid, run_ablation
 from lychee_ray.config import ConfigError
+from tests.support.locomo_cut import cut_locomo
 
-from .conftest import DEMO_PATH, REPO
+from .conftest import DEMO_PATH, LOCOMO_PATH, REPO, requires_shared_data
 
 SPEC = REPO / "configs" / "ablations" / "locomo.yaml"
 REDUCED = "grid.only=[full,eager,window,vector_only,delta_0.30,full_context,naive_rag]"
@@ -26,7 +27,8 @@ REDUCED = "grid.only=[full,eager,window,vector_only,delta_0.30,full_context,naiv
 @pytest.fixture(scope="module")
 def cut_input(tmp_path_factory):
     path = tmp_path_factory.mktemp("ablate-input") / "conv30_cut.json"
-    n_turns, n_questions = cut_locomo(DEMO_PATH, path, sessions=3)
+    cut_locomo(DEMO_PATH, path, conversations=1, sessions=3)
+    n_turns, _ = cut_counts(path)
     return path, n_turns
 
 
@@ -203,3 +205,35 @@ def test_llm_grid_token_accounting_matches_server_usage(cut_input, embedder, fak
     assert rows["eager"]["build_calls"] == pytest.approx(sum(r["llm_calls"] for r in eager_stats) / len(eager_stats))
     assert rows["eager"]["build_tokens_estimated"] is False and rows["full"]["judge_acc"] is not None
     assert sum(r["encode_units"] for r in eager_stats) == exchanges(out / "builds" / "eager")
+
+
+@pytest.mark.vllm
+@requires_shared_data
+def test_vllm_grid_token_accounting_matches_engine_counters(vllm_server, embedder, tmp_path):
+    """A small grid against the real vLLM CPU engine: the table's and stores' token sums equal
+    the prompt/generation tokens vLLM itself counted while the grid ran."""
+    from tests.test_vllm_engine import TINY_BOUNDS, vllm_counters
+
+    cut = cut_locomo(LOCOMO_PATH, tmp_path / "cut.json", conversations=2, sessions=1)
+    sets = [
+        "grid.only=[full,eager,naive_rag]",
+        "grid.questions_per_conversation=2",
+        "llm.backend=openai",
+        f"llm.base_url={vllm_server.base_url}",
+        f"llm.model={vllm_server.model}",
+        "llm.timeout_s=300",
+        *TINY_BOUNDS,
+    ]
+    before = vllm_counters(vllm_server)
+    run_ablation(load_grid(SPEC, sets), str(cut), str(tmp_path / "out"), embedder=embedder)
+    after = vllm_counters(vllm_server)
+    out = tmp_path / "out"
+    stats = [r for name in ("full", "eager") for r in stats_rows(out / "builds" / name)]
+    answers = [r for name in ("full", "eager", "naive_rag") for r in pq.read_table(out / "evals" / name / "answers.parquet").to_pylist()]
+    prompt = sum(r["prompt_tokens"] for r in stats) + sum(r["prompt_tokens"] + r["judge_prompt_tokens"] for r in answers)
+    completion = sum(r["completion_tokens"] for r in stats) + sum(r["completion_tokens"] + r["judge_completion_tokens"] for r in answers)
+    assert prompt == after["prompt_tokens_total"] - before["prompt_tokens_total"]
+    assert completion == after["generation_tokens_total"] - before["generation_tokens_total"]
+    eager = stats_rows(out / "builds" / "eager")
+    assert sum(r["encode_units"] for r in eager) == exchanges(out / "builds" / "eager")
+    assert all(r["llm_calls"] >= r["encode_units"] for r in eager)
