@@ -113,12 +113,22 @@ class LocalRayCluster:
             "--disable-usage-stats", *_node_port_flags(self._rng),
         )
 
-    def add_node(self, num_cpus: int, resources: dict[str, float] | None = None) -> None:
-        self._ray(
-            "start", f"--address={self.gcs_address}", f"--node-ip-address={HOST}",
-            f"--temp-dir={self._node_temp_dir()}", f"--num-cpus={num_cpus}", "--num-gpus=0",
-            f"--resources={json.dumps(resources or {})}", "--disable-usage-stats", *_node_port_flags(self._rng),
-        )
+    def add_node(self, num_cpus: int, resources: dict[str, float] | None = None, attempts: int = 3) -> None:
+        """Join a node. Ray gives a raylet a fixed 30 s to register with the GCS, which a loaded
+        2-core machine can miss; a failed attempt's processes are stopped before the retry."""
+        for attempt in range(1, attempts + 1):
+            node_dir = self._node_temp_dir()
+            try:
+                self._ray(
+                    "start", f"--address={self.gcs_address}", f"--node-ip-address={HOST}",
+                    f"--temp-dir={node_dir}", f"--num-cpus={num_cpus}", "--num-gpus=0",
+                    f"--resources={json.dumps(resources or {})}", "--disable-usage-stats", *_node_port_flags(self._rng),
+                )
+                return
+            except RuntimeError:
+                _terminate(self.processes(node_dir + os.sep))
+                if attempt == attempts:
+                    raise
 
     def alive_nodes(self) -> list[dict]:
         """The cluster's live nodes as the GCS reports them (resources included)."""
@@ -139,11 +149,13 @@ class LocalRayCluster:
     # ----------------------------------------------------------------------------------------
     # Stopping: only our own processes, found by our temp root
     # ----------------------------------------------------------------------------------------
-    def processes(self) -> list[psutil.Process]:
+    def processes(self, under: str | None = None) -> list[psutil.Process]:
+        """This cluster's processes (or one node's: `under` = its temp dir), children included."""
+        mark = under or self.root
         ours: dict[int, psutil.Process] = {}
         for proc in psutil.process_iter(["cmdline"]):
             try:
-                if any(self.root in part for part in proc.info["cmdline"] or ()):
+                if any(mark in part for part in proc.info["cmdline"] or ()):
                     ours[proc.pid] = proc
                     for child in proc.children(recursive=True):
                         ours[child.pid] = child
@@ -153,14 +165,18 @@ class LocalRayCluster:
         return list(ours.values())
 
     def stop(self, grace_s: float = 15) -> None:
-        procs = self.processes()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for proc in procs:
-                try:
-                    proc.send_signal(sig)
-                except psutil.NoSuchProcess:
-                    pass
-            _, procs = psutil.wait_procs(procs, timeout=grace_s)
-            if not procs:
-                break
+        _terminate(self.processes(), grace_s)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _terminate(procs: list[psutil.Process], grace_s: float = 15) -> None:
+    """SIGTERM, then SIGKILL what is left after `grace_s`: only the PIDs given."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in procs:
+            try:
+                proc.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+        _, procs = psutil.wait_procs(procs, timeout=grace_s)
+        if not procs:
+            return
