@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 
 from .config import LycheeConfig
 from .judge import answer_messages, format_evidence, plan_messages
@@ -53,6 +53,27 @@ def _parse_date(s: str | None) -> datetime | None:
         return None
 
 
+def _iso_date_or_none(value: str | None) -> str | None:
+    try:
+        return date.fromisoformat(value).isoformat() if value else None
+    except ValueError:
+        return None
+
+
+def drop_bad_windows(plan: QueryPlan, tag: str) -> QueryPlan:
+    """A time-window bound that is not an ISO date cannot filter anything (and would fail the
+    SQL cast): it becomes null, and the route keeps its other constraints."""
+    for route in plan.routes:
+        tw = route.time_window
+        if tw is None:
+            continue
+        start, end = _iso_date_or_none(tw.start), _iso_date_or_none(tw.end)
+        if (start, end) != (tw.start, tw.end):
+            log.warning("%s: planner time window %r..%r is not ISO dates; unusable bounds dropped", tag, tw.start, tw.end)
+        route.time_window = None if start is None and end is None else tw.model_copy(update={"start": start, "end": end})
+    return plan
+
+
 class Planner:
     def __init__(self, cfg: LycheeConfig, client=None):
         from .rules import RulesPlanner
@@ -67,11 +88,18 @@ class Planner:
             return Outcome(self.rules_plan(question, question_date, known_entities))
         from .llm import json_schema_for
 
-        schema = json_schema_for(QueryPlan, self.cfg.llm.schema_dialect, max_items={"routes": 3, "search_terms": 8, "entities": 8, "topics": 4}, max_length={"goal": 300})
+        ev = self.cfg.evaluate
+        n = ev.plan_max_items
+        schema = json_schema_for(
+            QueryPlan,
+            self.cfg.llm.schema_dialect,
+            max_items={"routes": 3, "search_terms": n, "entities": n, "topics": min(4, n)},
+            max_length={"goal": ev.plan_goal_chars, "*": ev.plan_field_chars},
+        )
         result = await self.client.structured(
             plan_messages(question, question_date, known_entities), QueryPlan, schema=schema, max_tokens=self.cfg.evaluate.max_plan_tokens, tag=tag
         )
-        out = Outcome(result.parsed, error=result.error)
+        out = Outcome(drop_bad_windows(result.parsed, tag) if result.parsed else None, error=result.error)
         out.usage.absorb(result.usage)
         if result.parsed is None or not result.parsed.routes:
             out.value = self.rules_plan(question, question_date, known_entities)
@@ -91,7 +119,7 @@ class Answerer:
         from .llm import json_schema_for
 
         messages = answer_messages(benchmark, question, question_date, format_evidence(evidence))
-        schema = json_schema_for(AnswerOutput, self.cfg.llm.schema_dialect, max_length={"answer": 600})
+        schema = json_schema_for(AnswerOutput, self.cfg.llm.schema_dialect, max_length={"answer": self.cfg.evaluate.max_answer_chars})
         result = await self.client.structured(messages, AnswerOutput, schema=schema, max_tokens=self.cfg.evaluate.max_answer_tokens, tag=tag)
         out = Outcome(result.parsed.answer if result.parsed else None, error=result.error)
         out.usage.absorb(result.usage)

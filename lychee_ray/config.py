@@ -109,6 +109,10 @@ class EncoderConfig(_Section):
     summary_records: bool = False  # ablation: one summary record per segment instead of atomic
     max_records_per_call: int = 24  # schema maxItems: bounds the reply of any model
     max_record_chars: int = 400  # schema maxLength of a record's text
+    # schema bounds on every other string (entities, topics, aliases, threads) and list of the
+    # reply: without them a weak model can run a single entity name to max_tokens
+    max_field_chars: int = 120
+    max_list_items: int = 12
     max_tokens: int = 2048  # completion cap per encode call
     conversations_in_flight: int = 32  # conversations encoded concurrently per actor
     num_actors: int = 1  # encoder actors (each keeps many conversations in flight)
@@ -162,6 +166,12 @@ class EvaluateConfig(_Section):
     questions_per_batch: int = 16
     max_answer_tokens: int = 256
     max_plan_tokens: int = 512
+    # schema bounds of the planner and answer replies (xgrammar enforces them under the vllm
+    # dialect), so a weak model cannot spend the whole token cap inside one string or list
+    plan_max_items: int = 8  # search_terms / entities per route (topics: at most 4)
+    plan_goal_chars: int = 300
+    plan_field_chars: int = 80  # each search term, entity, topic, date
+    max_answer_chars: int = 600
 
 
 class ServeConfig(_Section):

@@ -228,8 +228,8 @@ class EncodeStage(AsyncStage):
             EncodeOutput,
             self.cfg.llm.schema_dialect,
             enums={"source_turn_ids": turn_ids},
-            max_items={"records": 1 if enc.summary_records else enc.max_records_per_call},
-            max_length={"text": enc.max_record_chars},
+            max_items={"records": 1 if enc.summary_records else enc.max_records_per_call, "*": enc.max_list_items},
+            max_length={"text": enc.max_record_chars, "*": enc.max_field_chars},
         )
         tag = f"{conv_id}/{seg.segment_id}"
         result = await self.client.structured(
