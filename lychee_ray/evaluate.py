@@ -442,6 +442,18 @@ def evaluate_in_process(cfg: LycheeConfig, store_dir: str, items: list[QAItem], 
     return items
 
 
+def local_out_dir(out_dir: str) -> str:
+    """answers/ and report.md (+ matplotlib PNGs) are written with local file APIs: a file://
+    URI is its path; any other URI is refused, not written to a local folder named "s3:"."""
+    if out_dir.startswith("file://"):
+        return out_dir[len("file://"):]
+    if "://" in out_dir:
+        from .store import StoreError
+
+        raise StoreError(f"evaluate --out {out_dir}: the evaluation output must be a local or mounted path (the store itself may be a URI).")
+    return out_dir
+
+
 def run_evaluate(cfg: LycheeConfig, store_dir: str, out_dir: str, questions_path: str | None = None) -> EvaluateResult:
     import ray
 
@@ -449,6 +461,7 @@ def run_evaluate(cfg: LycheeConfig, store_dir: str, out_dir: str, questions_path
     from .report_eval import write_eval_report
     from .store import open_store
 
+    out_dir = local_out_dir(out_dir)
     store = open_store(store_dir, cfg)
     items = load_questions(store, cfg, questions_path)
     done = answered_ids(out_dir)
