@@ -43,6 +43,9 @@ def llm_cfg(server, *overrides):
             # not: a reply the client gave up on is billed by the server yet never counted.
             "llm.timeout_s=5.0",
             "llm.max_retries=2",
+            # The fake restates every turn verbatim as a record, which is wordier than a model's
+            # consolidation: give it room so only the injected faults truncate a reply.
+            "encoder.max_tokens=6000",
             *overrides,
         ],
     )
