@@ -1,0 +1,200 @@
+"""Encoder benchmark: achieved concurrency against the ideal, and build tokens per conversation.
+
+(a) Concurrency. The real EncodeStage (LLMClient over HTTP) encodes N LoCoMo dev conversations
+    against the fake OpenAI-compatible server in its own process, which adds a fixed latency L
+    to every call. Within a conversation calls are sequential (segment k+1 needs d_k), so with
+    C conversations in flight the best possible wall time is
+        ideal = L * max(longest chain, total calls / C)
+    and the report gives ideal / measured (1.0 = no overhead; target >= 0.9). The units are
+    fixed windows of exchanges, so (a) needs no embedding model; latency, not content, is what
+    is measured.
+(b) Tokens. Every LoCoMo dev conversation is read, embedded (MiniLM), segmented, and encoded
+    by the `rules` backend with `encoder.estimate_tokens`: the encoder builds the exact prompt an
+    LLM call would get (instructions, rho_k from the rules outputs as the carried context, the
+    segment) and counts it with o200k_base (GPT-4.1's tokenizer). The completion side is the
+    o200k count of the rules reply JSON (records + state) for that unit: an assumption, stated
+    per record and per call in the report. Segment mode is set against eager (one call per
+    exchange, the Mem0/A-Mem-style baseline) and against the paper: 204.1K build tokens per
+    conversation (A-Mem 1,459.9K, Mem0 1,520.8K); target <= 150K for segment mode. The JSON
+    schema sent with each call (response_format) is counted apart: how a server bills it
+    depends on the provider.
+
+Run: `.venv/bin/python -m benchmarks.bench_encode [--quick]` (writes
+benchmarks/results/bench_encode.md). --quick: 3 conversations cut to 4 sessions, L = 0.1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from lychee_ray.config import load_config
+from lychee_ray.encode import EncodeStage
+from lychee_ray.llm import json_schema_for
+from lychee_ray.read import read_file
+from lychee_ray.schemas import EncodeOutput
+from lychee_ray.segment import SegmentStage
+from lychee_ray.tokens import count_tokens
+
+REPO = Path(__file__).resolve().parent.parent
+LOCOMO = REPO.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+RESULTS = REPO / "benchmarks" / "results"
+PAPER = {"LycheeMemory V2 (paper)": 204.1e3, "A-Mem (paper)": 1459.9e3, "Mem0 (paper)": 1520.8e3}
+
+
+def _input(quick: bool, tmp: Path) -> Path:
+    if not quick:
+        return LOCOMO
+    from tests.support.locomo_cut import cut_locomo
+
+    return cut_locomo(LOCOMO, tmp / "locomo_quick.json", conversations=3, sessions=4)
+
+
+# --------------------------------------------------------------------------------------------
+# (a) concurrency
+# --------------------------------------------------------------------------------------------
+def concurrency_run(convs, base_url: str, in_flight: int, latency_s: float) -> dict:
+    cfg = load_config(
+        REPO / "configs" / "local.yaml",
+        ["llm.backend=openai", f"llm.base_url={base_url}", "llm.model=fake-model", "llm.max_in_flight=512",
+         f"encoder.conversations_in_flight={in_flight}", "encoder.mode=window"],
+    )
+    stage = EncodeStage(cfg)
+    stage.setup()
+    work = copy.deepcopy(convs)
+    start = time.perf_counter()
+    work = stage.process_batch(work)
+    wall = time.perf_counter() - start
+    chains = [len(c.segments) for c in work]
+    ideal = latency_s * max(max(chains), sum(chains) / in_flight)
+    calls = sum(c.stats["llm_calls"] for c in work)
+    return {"conversations": len(work), "in_flight": in_flight, "calls": calls, "longest_chain": max(chains),
+            "ideal_s": ideal, "wall_s": wall, "ratio": ideal / wall}
+
+
+def bench_concurrency(path: Path, latency_s: float, window: int) -> list[dict]:
+    from tests.support.fake_openai import spawn_fake_server
+
+    cfg = load_config(REPO / "configs" / "local.yaml")
+    convs = SegmentStage(cfg.segmenter, "window", window).process_batch(list(read_file(str(path), cfg.read)))
+    rows = []
+    with spawn_fake_server(latency_s=latency_s) as server:
+        n = len(convs)
+        for c in sorted({n, max(1, n // 2)}, reverse=True):
+            server.reset()
+            row = concurrency_run(convs, server.base_url, c, latency_s)
+            row["server_max_concurrency"] = server.max_concurrency
+            rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# (b) tokens per conversation
+# --------------------------------------------------------------------------------------------
+def bench_tokens(path: Path) -> tuple[list[dict], dict]:
+    from lychee_ray.embed import EmbedTurnsStage
+
+    cfg = load_config(REPO / "configs" / "local.yaml", ["encoder.estimate_tokens=true"])
+    convs = list(read_file(str(path), cfg.read))
+    embed = EmbedTurnsStage(cfg.embedding)
+    embed.setup()
+    convs = embed.process_batch(convs)
+    schema_tokens = count_tokens(json.dumps(json_schema_for(EncodeOutput, "vllm", max_items={"records": 24})))
+    rows = []
+    for mode in ("segment", "eager"):
+        mcfg = cfg.with_overrides({"encoder": {"mode": mode}})
+        units = SegmentStage(mcfg.segmenter, mode, mcfg.encoder.window_exchanges).process_batch(copy.deepcopy(convs))
+        stage = EncodeStage(mcfg)
+        stage.setup()
+        for c in stage.process_batch(units):
+            s = c.stats
+            rows.append({"conversation": c.conversation_id, "mode": mode, "turns": len(c.turns), "calls": s["encode_units"],
+                         "records": len(c.records), "prompt": s["est_prompt_tokens"], "completion": s["est_completion_tokens"],
+                         "total": s["est_prompt_tokens"] + s["est_completion_tokens"], "schema": schema_tokens * s["encode_units"]})
+    return rows, {"schema_tokens_per_call": schema_tokens}
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+def _table(rows: list[dict], cols: list[str]) -> str:
+    def fmt(v):
+        return f"{v:.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _means(rows: list[dict]) -> list[dict]:
+    out = []
+    for mode in ("segment", "eager"):
+        rs = [r for r in rows if r["mode"] == mode]
+        n = len(rs)
+        m = {k: sum(r[k] for r in rs) / n for k in ("calls", "records", "prompt", "completion", "total", "schema")}
+        m.update(mode=mode, conversations=n, per_record=m["completion"] / max(1, m["records"]), per_call=m["completion"] / max(1, m["calls"]))
+        out.append(m)
+    return out
+
+
+def render(conc: list[dict], latency_s: float, window: int, tok_rows: list[dict], extra: dict, quick: bool) -> str:
+    means = _means(tok_rows)
+    seg = next(m for m in means if m["mode"] == "segment")
+    eager = next(m for m in means if m["mode"] == "eager")
+    paper = "\n".join(f"| {k} | {v / 1e3:,.1f}K |" for k, v in PAPER.items())
+    return f"""# bench_encode{' (--quick)' if quick else ''}
+
+## (a) Achieved concurrency (fake server, fixed latency {latency_s} s per call, windows of {window} exchanges)
+
+ideal = latency x max(longest chain, calls / in-flight limit); ratio = ideal / measured (target >= 0.9).
+
+{_table(conc, ["conversations", "in_flight", "calls", "longest_chain", "ideal_s", "wall_s", "ratio", "server_max_concurrency"])}
+
+## (b) Build tokens per conversation (o200k_base; rules outputs as carried context)
+
+Prompt = the exact encode prompt (instructions + rho_k + unit turns). Completion = o200k of the
+rules reply JSON per call: {seg['per_record']:.1f} tokens per record, {seg['per_call']:.0f} per call in segment
+mode ({eager['per_call']:.0f} per call in eager mode). The JSON schema ({extra['schema_tokens_per_call']} tokens) travels with each
+call as response_format; it is shown apart (column `schema`) and not in `total`.
+
+Means per conversation:
+
+{_table([{k: (round(v) if isinstance(v, float) and k not in ('per_record',) else v) for k, v in m.items()} for m in means], ["mode", "conversations", "calls", "records", "prompt", "completion", "total", "schema"])}
+
+Segment mode vs eager: {eager['total'] / seg['total']:.1f}x fewer tokens, {eager['calls'] / seg['calls']:.1f}x fewer calls.
+Segment mode total: **{seg['total'] / 1e3:,.1f}K** per conversation (target <= 150K); with the schema counted as prompt: {(seg['total'] + seg['schema']) / 1e3:,.1f}K.
+
+| system | build tokens / conversation |
+|---|---|
+{paper}
+| lychee-ray segment (this run) | {seg['total'] / 1e3:,.1f}K |
+| lychee-ray eager (this run) | {eager['total'] / 1e3:,.1f}K |
+
+Per conversation:
+
+{_table(tok_rows, ["conversation", "mode", "turns", "calls", "records", "prompt", "completion", "total"])}
+"""
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_encode", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 conversations cut to 4 sessions (about a minute)")
+    args = parser.parse_args(argv)
+    latency, window = (0.1, 4) if args.quick else (0.2, 4)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _input(args.quick, Path(tmp))
+        conc = bench_concurrency(path, latency, window)
+        tok_rows, extra = bench_tokens(path)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / "bench_encode.md"
+    out.write_text(render(conc, latency, window, tok_rows, extra, args.quick))
+    print(out.read_text())
+    return out
+
+
+if __name__ == "__main__":
+    main()
