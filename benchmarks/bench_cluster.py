@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -152,8 +153,9 @@ def render(sizes: dict, tput: dict, mem: dict, est: dict) -> str:
         "",
         f"Measured (rules backend, {sizes['mem_large']} conversations): the o200k tokens an LLM encoder would be sent and would"
         f" return (build_stats.est_prompt_tokens / est_completion_tokens, one call per segment), per turn, scaled to"
-        f" {LOCOMO_TURNS_PER_CONVERSATION:.0f} turns per conversation (LoCoMo dev mean). Short synthetic conversations have"
-        " shorter segments near session ends, so this per-turn scaling is approximate.",
+        f" {LOCOMO_TURNS_PER_CONVERSATION:.0f} turns per conversation (LoCoMo dev mean). Short synthetic conversations cut"
+        f" segments at every session end ({TURNS_PER_SESSION} turns here), so they have more, shorter segments than full ones:"
+        " calls and carried-context tokens per turn, and with them this estimate, are biased high.",
         "",
         f"- per conversation: {est['calls']:.0f} encode calls, {est['prompt']:,.0f} prompt + {est['completion']:,.0f} completion tokens",
         f"- ASSUMED vLLM throughput for a 7-8B model on one GPU: prefill {ASSUMED_PREFILL_TOK_S:,} tok/s (assumed),"
@@ -194,6 +196,7 @@ def main(argv: list[str] | None = None) -> Path:
     finally:
         cluster.stop()
     est = token_estimate(work / f"mem{sizes['mem_large']}")
+    shutil.rmtree(work, ignore_errors=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "bench_cluster.md"
     out.write_text(render(sizes, tput, mem, est))
