@@ -20,7 +20,9 @@
     depends on the provider.
 
 Run: `.venv/bin/python -m benchmarks.bench_encode [--quick]` (writes
-benchmarks/results/bench_encode.md). --quick: 3 conversations cut to 4 sessions, L = 0.1 s.
+benchmarks/results/bench_encode.md). --quick: 3 conversations cut to 4 sessions, L = 0.5 s
+(full: all 7, L = 1.0 s; --latency overrides). Ratios below 0.9 on a loaded machine mean CPU
+starvation of the client or the fake server: check `uptime` before trusting them.
 """
 
 from __future__ import annotations
@@ -183,8 +185,11 @@ Per conversation:
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_encode", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 conversations cut to 4 sessions (about a minute)")
+    parser.add_argument("--latency", type=float, default=None, help="seconds per fake call (default 0.5 quick, 1.0 full)")
     args = parser.parse_args(argv)
-    latency, window = (0.1, 4) if args.quick else (0.2, 4)
+    # The latency must dwarf the per-call CPU cost (client + fake server, ~tens of ms idle, far
+    # more on a loaded box), or the ratio measures CPU starvation instead of scheduling.
+    latency, window = (args.latency or (0.5 if args.quick else 1.0)), 4
     with tempfile.TemporaryDirectory() as tmp:
         path = _input(args.quick, Path(tmp))
         conc = bench_concurrency(path, latency, window)
