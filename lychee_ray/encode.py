@@ -181,6 +181,11 @@ class EncodeStage(AsyncStage):
 
             self.client = LLMClient(self.cfg.llm)
 
+    def process_batch(self, convs: list[Conversation]) -> list[Conversation]:
+        from .llm import run_closing
+
+        return run_closing(self.process_batch_async(convs), self.client)
+
     @property
     def backend_label(self) -> str:
         return "rules" if self.client is None else self.cfg.llm.model

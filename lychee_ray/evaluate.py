@@ -105,6 +105,11 @@ class PlanStage(AsyncStage):
             self._entities[cid] = entity_names(self.store, cid)[:200]
         return self._entities[cid]
 
+    def process_batch(self, items):
+        from .llm import run_closing
+
+        return run_closing(self.process_batch_async(items), self.planner.client)
+
     async def process_async(self, item: QAItem):
         out = await self.planner.plan(item.question, item.question_date, self.known_entities(item.conversation_id), _tag(item))
         item.plan = out.value
@@ -188,6 +193,11 @@ class AnswerStage(AsyncStage):
     def setup(self):
         self.answerer = Answerer(self.cfg, _client(self.cfg))
 
+    def process_batch(self, items):
+        from .llm import run_closing
+
+        return run_closing(self.process_batch_async(items), self.answerer.client)
+
     async def process_async(self, item: QAItem):
         out = await self.answerer.answer(item.benchmark, item.question, item.question_date, item.evidence, _tag(item))
         item.prediction = str(out.value or "")
@@ -213,6 +223,11 @@ class JudgeStage(AsyncStage):
 
     def setup(self):
         self.client = _client(self.cfg) if self.cfg.evaluate.judge else None
+
+    def process_batch(self, items):
+        from .llm import run_closing
+
+        return run_closing(self.process_batch_async(items), self.client)
 
     async def process_async(self, item: QAItem):
         item.f1 = score_f1(item.prediction, item.gold, item.category, item.benchmark)

@@ -236,6 +236,20 @@ def _keep_keywords(node: Any, allowed: frozenset[str]) -> Any:
 # --------------------------------------------------------------------------------------------
 # The client
 # --------------------------------------------------------------------------------------------
+def run_closing(coro, client: "LLMClient | None"):
+    """asyncio.run(coro), closing the client's HTTP pool on that loop before the loop ends
+    (a pool collected after its loop closed logs "Event loop is closed" tracebacks)."""
+
+    async def main():
+        try:
+            return await coro
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    return asyncio.run(main())
+
+
 class LLMClient:
     """Structured-output calls against one OpenAI-compatible endpoint (`llm.backend: openai`).
 
