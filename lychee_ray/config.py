@@ -50,7 +50,7 @@ class EmbeddingConfig(_Section):
     num_actors: int = 1  # embedding actors in the Ray Data pool
     num_gpus_per_actor: float = 0.0  # set >0 on a GPU cluster to pin actors to GPU nodes
     # torch threads per actor; None: all cores of the node divided by the number of actors.
-    num_threads: int | None = None
+    num_threads: int | None = None  # torch threads per embedding actor; None: all cores (os.cpu_count())
     conversations_per_batch: int = 4  # conversations per map_batches call
 
 
