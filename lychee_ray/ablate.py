@@ -30,10 +30,10 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .config import ConfigError, LycheeConfig, deep_merge, load_config, parse_dotted
+from .config import ConfigError, LycheeConfig, deep_merge, load_config, nest_dotted, parse_dotted, read_yaml_mapping
+from .embed import Embedder
 from .schemas import Conversation
 
 log = logging.getLogger("lychee_ray.ablate")
@@ -102,18 +102,6 @@ class Grid:
     references: list[ReferenceSpec]
 
 
-def nest(flat: dict[str, Any]) -> dict[str, Any]:
-    """{"encoder.mode": "eager"} -> {"encoder": {"mode": "eager"}} (values already parsed)."""
-    out: dict[str, Any] = {}
-    for dotted, value in flat.items():
-        node = out
-        parts = dotted.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
-
-
 def _resolve_base(spec_path: Path, base: str) -> Path:
     p = Path(base)
     if p.is_absolute() or p.exists():
@@ -129,12 +117,7 @@ def load_grid(path: str | Path, overrides: list[str] | None = None) -> Grid:
     """Load and validate a grid spec. `overrides` are `--set` items: `grid.KEY=V` changes the spec
     (e.g. grid.only=[full,eager]); anything else applies to the base config of every variant."""
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"grid spec {p} does not exist")
-    try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"grid spec {p} is not valid YAML: {exc}") from exc
+    raw = read_yaml_mapping(p, "grid spec")
     grid_sets = [o.removeprefix("grid.") for o in overrides or [] if o.startswith("grid.")]
     cfg_sets = [o for o in overrides or [] if not o.startswith("grid.")]
     raw = deep_merge(raw, parse_dotted(grid_sets))
@@ -168,7 +151,7 @@ def load_grid(path: str | Path, overrides: list[str] | None = None) -> Grid:
 
 def _overlay(cfg: LycheeConfig, flat: dict[str, Any], where: str) -> LycheeConfig:
     try:
-        return cfg.with_overrides(nest(flat))
+        return cfg.with_overrides(nest_dotted(flat))
     except ValidationError as exc:
         raise ConfigError(f"{where} has an invalid override: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from exc
 
@@ -192,10 +175,8 @@ class CountingEmbedder:
         self.texts[self.phase] += len(texts)
         return self.inner.encode(texts)
 
-    def encode_groups(self, groups: list[list[str]]) -> list[np.ndarray]:
-        vecs = self.encode([t for g in groups for t in g])
-        bounds = np.cumsum([0] + [len(g) for g in groups])
-        return [vecs[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    # The Embedder's own slicing, run over this wrapper's counting encode().
+    encode_groups = Embedder.encode_groups
 
 
 @dataclass

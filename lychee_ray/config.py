@@ -226,33 +226,46 @@ def deep_merge(base: dict, overlay: dict) -> dict:
     return out
 
 
+def nest_dotted(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"encoder.mode": "eager"} -> {"encoder": {"mode": "eager"}} (values already parsed)."""
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = out
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
 def parse_dotted(assignments: list[str]) -> dict[str, Any]:
     """["llm.backend=openai", "encoder.mode=eager"] -> nested dict; values parsed as YAML."""
-    overlay: dict[str, Any] = {}
+    flat: dict[str, Any] = {}
     for item in assignments:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form section.key=value")
         dotted, raw = item.split("=", 1)
-        node = overlay
-        parts = dotted.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(raw)
-    return overlay
+        flat[dotted] = yaml.safe_load(raw)
+    return nest_dotted(flat)
+
+
+def read_yaml_mapping(p: Path, kind: str) -> dict[str, Any]:
+    """A YAML file's top-level mapping, or one ConfigError sentence naming the file."""
+    if not p.exists():
+        raise ConfigError(f"{kind} {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{kind} {p} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{kind} {p} must hold a mapping at the top level")
+    return data
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> LycheeConfig:
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file {p} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {p} is not valid YAML: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+        data = read_yaml_mapping(Path(path), "config file")
     if overrides:
         data = deep_merge(data, parse_dotted(overrides))
     try:
