@@ -83,7 +83,7 @@ MANIFEST = "manifest.json"
 COMMITS = "_commits"
 VECTOR_TABLES = {"records": "record_id", "turns": "turn_id", "nodes": "node_id"}
 BM25_TABLES = {"records": "record_id", "turns": "turn_id"}
-_TMP_MARK = ".tmp-"
+TMP_MARK = ".tmp-"
 _PART_RE = re.compile(r"^part-[0-9a-f]+\.parquet$")
 
 
@@ -92,9 +92,12 @@ class StoreError(RuntimeError):
 
 
 # --------------------------------------------------------------------------------------------
-# Filesystem: everything goes through pyarrow.fs so s3:// (or gs://, hdfs://) works like a path
+# Filesystem: everything goes through pyarrow.fs so s3:// (or gs://, hdfs://) works like a path.
+# Public because evaluate's answers and report use the same helpers.
 # --------------------------------------------------------------------------------------------
-def _resolve(uri: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
+def resolve_uri(uri: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path without trailing slash). A URI's query (``?endpoint_override=...``)
+    configures the filesystem and is not part of the path, so paths joined onto it stay clean."""
     if filesystem is not None:
         return filesystem, uri.rstrip("/")
     if "://" not in uri:
@@ -103,40 +106,56 @@ def _resolve(uri: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.
     return fs, path.rstrip("/") or "/"
 
 
-def _is_local(fs: pafs.FileSystem) -> bool:
+def is_local(fs: pafs.FileSystem) -> bool:
     return isinstance(fs, pafs.LocalFileSystem)
 
 
-def _join(*parts: str) -> str:
+def join_path(*parts: str) -> str:
     return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts))
+
+
+def child_uri(uri: str, name: str) -> str:
+    """`name` inside the folder `uri`, as the user would write it: a plain path stays a path and
+    a URI keeps its query after the new path (``s3://b/x?scheme=http`` -> ``s3://b/x/name?...``)."""
+    if "://" not in uri:
+        return os.path.join(uri, name)
+    head, sep, query = uri.partition("?")
+    return f"{head.rstrip('/')}/{name}{sep}{query}"
+
+
+def is_temp_name(name: str) -> bool:
+    """A file `write_atomic` had not renamed yet: the debris of a killed writer."""
+    return name.startswith(".") and TMP_MARK in name
 
 
 def _tmp_path(path: str) -> str:
     # Same folder (so the rename stays on one filesystem), dot-prefixed and not ending in
     # .parquet/.json, so no reader glob and no commit ever matches a half-written file.
     head, _, name = path.rpartition("/")
-    return f"{head}/.{name}{_TMP_MARK}{uuid.uuid4().hex[:12]}"
+    return f"{head}/.{name}{TMP_MARK}{uuid.uuid4().hex[:12]}"
 
 
 def _rename(fs: pafs.FileSystem, src: str, dst: str) -> None:
-    if _is_local(fs):
+    if is_local(fs):
         os.replace(src, dst)  # atomic on POSIX, replaces an older version of the same part
     else:
         fs.move(src, dst)  # object stores: copy+delete; safe because the commit comes last
 
 
-def _write_atomic(fs: pafs.FileSystem, path: str, write) -> None:
+def write_atomic(fs: pafs.FileSystem, path: str, write) -> None:
+    """`write(sink)` into a temp name beside `path`, then rename: a killed writer leaves no half
+    file at `path`, only debris that `is_temp_name` recognises."""
     tmp = _tmp_path(path)
     try:
         with fs.open_output_stream(tmp) as sink:
             write(sink)
         _rename(fs, tmp, path)
     except BaseException:
-        _delete_quietly(fs, tmp)
+        delete_quietly(fs, tmp)
         raise
 
 
-def _delete_quietly(fs: pafs.FileSystem, path: str) -> None:
+def delete_quietly(fs: pafs.FileSystem, path: str) -> None:
     try:
         fs.delete_file(path)
     except (FileNotFoundError, OSError):
@@ -145,7 +164,7 @@ def _delete_quietly(fs: pafs.FileSystem, path: str) -> None:
 
 def _write_json(fs: pafs.FileSystem, path: str, obj: dict) -> None:
     data = json.dumps(obj, indent=1, sort_keys=True, default=str).encode()
-    _write_atomic(fs, path, lambda sink: sink.write(data))
+    write_atomic(fs, path, lambda sink: sink.write(data))
 
 
 def _read_json(fs: pafs.FileSystem, path: str) -> dict | None:
@@ -162,7 +181,7 @@ def _read_json(fs: pafs.FileSystem, path: str) -> dict | None:
     return obj
 
 
-def _list_files(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
+def list_files(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
     infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
     return [i for i in infos if i.type == pafs.FileType.File]
 
@@ -468,7 +487,7 @@ class StoreWriter:
 
     def _paths(self) -> tuple[pafs.FileSystem, str]:
         if self._fs is None:  # lazily, so the writer pickles as plain config into Ray workers
-            self._fs, self._base = _resolve(self.out_dir, self._filesystem)
+            self._fs, self._base = resolve_uri(self.out_dir, self._filesystem)
         return self._fs, self._base
 
     def write_batch(self, convs: list[Conversation]) -> list[dict]:
@@ -508,8 +527,8 @@ class StoreWriter:
                 continue
             data = data.cast(schemas[table]).sort_by("conversation_id")
             rel = f"{table}/part-{batch_id}.parquet"
-            fs.create_dir(_join(base, table), recursive=True)
-            _write_atomic(fs, _join(base, rel), lambda sink, d=data: self._write_parquet(d, sink))
+            fs.create_dir(join_path(base, table), recursive=True)
+            write_atomic(fs, join_path(base, rel), lambda sink, d=data: self._write_parquet(d, sink))
             files[table] = {"path": rel, "rows": data.num_rows}
         self._write_commit(batch_id, [(cid, statuses[cid]) for cid in ids], files)
         return batch_id
@@ -518,8 +537,8 @@ class StoreWriter:
         fs, base = self._paths()
         data = rows_to_table(table, rows, self.dim)
         rel = f"{table}/part-{batch_id}.parquet"
-        fs.create_dir(_join(base, table), recursive=True)
-        _write_atomic(fs, _join(base, rel), lambda sink: self._write_parquet(data, sink))
+        fs.create_dir(join_path(base, table), recursive=True)
+        write_atomic(fs, join_path(base, rel), lambda sink: self._write_parquet(data, sink))
         return {"path": rel, "rows": data.num_rows}
 
     def _write_parquet(self, data: pa.Table, sink) -> None:
@@ -547,8 +566,8 @@ class StoreWriter:
             "conversations": [{"conversation_id": cid, "status": status} for cid, status in convs],
             "files": files,
         }
-        fs.create_dir(_join(base, COMMITS), recursive=True)
-        _write_json(fs, _join(base, COMMITS, f"{batch_id}.json"), commit)
+        fs.create_dir(join_path(base, COMMITS), recursive=True)
+        _write_json(fs, join_path(base, COMMITS, f"{batch_id}.json"), commit)
 
 
 def _summary(conv: Conversation) -> dict:
@@ -603,7 +622,7 @@ def _check_manifest(manifest: dict, where: str, cfg: LycheeConfig | None) -> Non
 def _load_commits(fs: pafs.FileSystem, base: str) -> list[dict]:
     """Commit markers, oldest first (ties by batch id, so the order is deterministic)."""
     commits = []
-    for info in _list_files(fs, _join(base, COMMITS)):
+    for info in list_files(fs, join_path(base, COMMITS)):
         if info.base_name.startswith(".") or not info.base_name.endswith(".json"):
             continue
         commit = _read_json(fs, info.path)
@@ -648,15 +667,15 @@ def _remove_orphans(fs: pafs.FileSystem, base: str, referenced: set[str]) -> int
     """Delete table parts no commit lists (a killed run) and temp files; only our own names."""
     removed = 0
     for table in INGEST_TABLES:
-        for info in _list_files(fs, _join(base, table)):
+        for info in list_files(fs, join_path(base, table)):
             name = info.base_name
-            ours = _PART_RE.match(name) or (name.startswith(".") and _TMP_MARK in name)
+            ours = _PART_RE.match(name) or is_temp_name(name)
             if ours and f"{table}/{name}" not in referenced:
                 fs.delete_file(info.path)
                 removed += 1
-    for folder in (_join(base, COMMITS), base):
-        for info in _list_files(fs, folder):
-            if info.base_name.startswith(".") and _TMP_MARK in info.base_name:
+    for folder in (join_path(base, COMMITS), base):
+        for info in list_files(fs, folder):
+            if is_temp_name(info.base_name):
                 fs.delete_file(info.path)
                 removed += 1
     return removed
@@ -676,12 +695,12 @@ def prepare_output(
     `redo_statuses` (e.g. {"error"}) are not returned, so the driver processes them again; the new
     commit then wins over the old one.
     """
-    fs, base = _resolve(out_dir, filesystem)
+    fs, base = resolve_uri(out_dir, filesystem)
     fs.create_dir(base, recursive=True)
-    manifest_path = _join(base, MANIFEST)
+    manifest_path = join_path(base, MANIFEST)
     manifest = _read_json(fs, manifest_path)
     if manifest is None:
-        if _list_files(fs, _join(base, COMMITS)):
+        if list_files(fs, join_path(base, COMMITS)):
             raise StoreError(f"{out_dir} holds commits but no manifest.json; refusing to write into it.")
         _write_json(fs, manifest_path, _new_manifest(cfg))
     else:
@@ -702,8 +721,8 @@ def prepare_output(
 
 def finalize_manifest(out_dir: str, *, filesystem: pafs.FileSystem | None = None) -> dict:
     """Recount rows per table (as the views see them) and conversations by status into the manifest."""
-    fs, base = _resolve(out_dir, filesystem)
-    manifest = _read_json(fs, _join(base, MANIFEST))
+    fs, base = resolve_uri(out_dir, filesystem)
+    manifest = _read_json(fs, join_path(base, MANIFEST))
     if manifest is None:
         raise StoreError(f"{out_dir} is not a lychee-ray store (it has no manifest.json).")
     with open_store(out_dir, filesystem=filesystem) as store:
@@ -719,7 +738,7 @@ def finalize_manifest(out_dir: str, *, filesystem: pafs.FileSystem | None = None
         build_hashes=sorted(committed.build_hashes),
         finalized_at=_now(),
     )
-    _write_json(fs, _join(base, MANIFEST), manifest)
+    _write_json(fs, join_path(base, MANIFEST), manifest)
     return manifest
 
 
@@ -1057,9 +1076,11 @@ def _fixed_list_rows(arr: pa.FixedSizeListArray, dim: int) -> list:
     return [mat[i] if valid[i] else None for i in range(len(arr))]
 
 
-def _relation(con, fs: pafs.FileSystem, base: str, files: list[str], schema: pa.Schema, keep: list):
-    paths = [_join(base, f) for f in files]
-    if _is_local(fs):
+def parquet_relation(con, fs: pafs.FileSystem, base: str, files: list[str], schema: pa.Schema | None, keep: list):
+    """A DuckDB relation over `files` (relative to `base`); `keep` must outlive the relation
+    (it holds the Arrow dataset a remote scan reads from). schema None: the files' own."""
+    paths = [join_path(base, f) for f in files]
+    if is_local(fs):
         return con.read_parquet(paths)
     # No httpfs offline: remote stores are scanned through a pyarrow dataset on the same
     # filesystem object; DuckDB pushes projections and filters into the Arrow scanner.
@@ -1089,11 +1110,11 @@ def _create_view(con, table: str, schema: pa.Schema, committed: _Committed,
         rel = con.from_arrow(empty)
     else:
         clean = [f for f in files if f not in hidden]
-        parts = [_relation(con, fs, base, clean, schema, keep)] if clean else []
+        parts = [parquet_relation(con, fs, base, clean, schema, keep)] if clean else []
         for f, ids in hidden.items():  # rare: a conversation redone by a later batch
             col = duckdb.ColumnExpression("conversation_id")
             keep_rows = col.isnotin(*[duckdb.ConstantExpression(i) for i in ids])
-            parts.append(_relation(con, fs, base, [f], schema, keep).filter(keep_rows))
+            parts.append(parquet_relation(con, fs, base, [f], schema, keep).filter(keep_rows))
         rel = parts[0]
         for part in parts[1:]:
             rel = rel.union(part)
@@ -1105,13 +1126,13 @@ def _create_view(con, table: str, schema: pa.Schema, committed: _Committed,
 def open_store(path: str, cfg: LycheeConfig | None = None, *,
                filesystem: pafs.FileSystem | None = None, bm25_cache_size: int = 64) -> Store:
     """Open a store for reading. Any problem is a one-sentence StoreError, not a traceback."""
-    fs, base = _resolve(path, filesystem)
+    fs, base = resolve_uri(path, filesystem)
     info = fs.get_file_info(base)
     if info.type == pafs.FileType.NotFound:
         raise StoreError(f"store path {path} does not exist.")
     if info.type != pafs.FileType.Directory:
         raise StoreError(f"store path {path} is not a directory.")
-    manifest = _read_json(fs, _join(base, MANIFEST))
+    manifest = _read_json(fs, join_path(base, MANIFEST))
     if manifest is None:
         raise StoreError(f"{path} is not a lychee-ray store (it has no manifest.json).")
     _check_manifest(manifest, path, cfg)
