@@ -6,7 +6,9 @@ evidence recall@budget). Two retrieval baselines run on the same store at the sa
 naive RAG (top raw turns by vector) and BM25 over raw turns.
 
 Each stage is a small class (stages.py adapts it to `map_batches`). Answers are committed in
-Parquet parts, so a killed evaluation resumes without re-asking anything already answered.
+Parquet parts, so a killed evaluation resumes without re-asking anything already answered. The
+output (answers/, report.md, PNGs) goes through pyarrow.fs like the store: `--out` may be a path
+or a URI such as ``s3://bucket/eval``.
 Query tokens per question = planner + answer, prompt + completion (the judge is reported
 apart: it is the benchmark's cost, not the memory system's).
 """
@@ -16,11 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -31,10 +31,12 @@ from .config import LycheeConfig
 from .metrics import bleu1, evidence_recall, locomo_f1, token_f1
 from .schemas import JudgeOutput
 from .stages import AsyncStage, Stage, apply_stage, pack, unpack
+from .store import delete_quietly, is_temp_name, join_path, list_files, open_store, resolve_uri, write_atomic
 
 log = logging.getLogger("lychee_ray.evaluate")
 
 LOCOMO_NAMES = ("multi_hop", "temporal", "open_domain", "single_hop", "adversarial")
+ANSWERS = "answers"  # the folder of answer parts under --out
 
 
 @dataclass
@@ -92,8 +94,6 @@ class PlanStage(AsyncStage):
         self.max_in_flight = cfg.llm.max_in_flight
 
     def setup(self):
-        from .store import open_store
-
         self.store = open_store(self.store_dir, self.cfg)
         self.planner = Planner(self.cfg, _client(self.cfg))
         self._entities: dict[str, list[str]] = {}
@@ -131,7 +131,6 @@ class RetrieveStage(Stage):
     def setup(self):
         from .embed import Embedder
         from .retrieve import Retriever
-        from .store import open_store
 
         self.store = open_store(self.store_dir, self.cfg)
         self.embedder = self.embedder or Embedder(self.cfg.embedding)
@@ -341,26 +340,32 @@ def answer_row(item: QAItem) -> dict:
     return row
 
 
+def is_answers_part(name: str) -> bool:
+    return name.startswith("part-") and name.endswith(".parquet")
+
+
 def write_answers(batch, out_dir: str):
-    """Commit one batch of answers: temp file then rename, so a kill never leaves half a part."""
+    """Commit one batch of answers as answers/part-<hash>.parquet under `out_dir` (a path or any
+    pyarrow.fs URI): temp file then rename, so a kill never leaves half a part."""
     items: list[QAItem] = unpack(batch)
     table = pa.Table.from_pylist([answer_row(i) for i in items], schema=ANSWERS_SCHEMA)
     part = hashlib.sha1("|".join(sorted(i.question_id for i in items)).encode()).hexdigest()[:16]
-    folder = Path(out_dir) / "answers"
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".tmp-{part}-{os.getpid()}"
-    pq.write_table(table, tmp)
-    os.replace(tmp, folder / f"part-{part}.parquet")
+    fs, base = resolve_uri(out_dir)
+    folder = join_path(base, ANSWERS)
+    fs.create_dir(folder, recursive=True)
+    write_atomic(fs, join_path(folder, f"part-{part}.parquet"), lambda sink: pq.write_table(table, sink))
     return {"question_id": np.array([i.question_id for i in items], dtype=object), "status": np.array([i.status for i in items], dtype=object)}
 
 
 def answered_ids(out_dir: str) -> set[str]:
-    folder = Path(out_dir) / "answers"
-    for tmp in folder.glob(".tmp-*"):
-        tmp.unlink(missing_ok=True)  # debris of a killed run
+    """Question ids in the committed answer parts; deletes the temp files of a killed run."""
+    fs, base = resolve_uri(out_dir)
     ids: set[str] = set()
-    for part in folder.glob("part-*.parquet"):
-        ids.update(pq.read_table(part, columns=["question_id"]).column("question_id").to_pylist())
+    for info in list_files(fs, join_path(base, ANSWERS)):
+        if is_temp_name(info.base_name):
+            delete_quietly(fs, info.path)
+        elif is_answers_part(info.base_name):
+            ids.update(pq.read_table(info.path, columns=["question_id"], filesystem=fs).column("question_id").to_pylist())
     return ids
 
 
@@ -457,31 +462,16 @@ def evaluate_in_process(cfg: LycheeConfig, store_dir: str, items: list[QAItem], 
     return items
 
 
-def local_out_dir(out_dir: str) -> str:
-    """answers/ and report.md (+ matplotlib PNGs) are written with local file APIs: a file://
-    URI is its path; any other URI is refused, not written to a local folder named "s3:"."""
-    if out_dir.startswith("file://"):
-        return out_dir[len("file://"):]
-    if "://" in out_dir:
-        from .store import StoreError
-
-        raise StoreError(f"evaluate --out {out_dir}: the evaluation output must be a local or mounted path (the store itself may be a URI).")
-    return out_dir
-
-
 def run_evaluate(cfg: LycheeConfig, store_dir: str, out_dir: str, questions_path: str | None = None) -> EvaluateResult:
     import ray
 
     from .pipeline import init_ray
     from .report_eval import write_eval_report
-    from .store import open_store
 
-    out_dir = local_out_dir(out_dir)
     store = open_store(store_dir, cfg)
     items = load_questions(store, cfg, questions_path)
     done = answered_ids(out_dir)
     todo = [i for i in items if i.question_id not in done]
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     if todo:
         init_ray(cfg.ray)
         per = cfg.evaluate.questions_per_batch

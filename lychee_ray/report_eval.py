@@ -1,17 +1,23 @@
 """The evaluation report: `report.md` + PNG plots, computed from the answers table in DuckDB.
 
 Everything shown is read back from the committed answers and the store's build_stats, so the
-report of a resumed run is the report of the whole run.
+report of a resumed run is the report of the whole run. The output folder may be a path or a
+pyarrow.fs URI: answers are read through pyarrow, and matplotlib (which writes local files only)
+renders into a temporary folder that is then copied to the output.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import duckdb
+import pyarrow.fs as pafs
 
 from .config import LycheeConfig
+from .evaluate import ANSWERS, is_answers_part
 from .report import bar_chart, line_chart, markdown_table
+from .store import child_uri, join_path, list_files, parquet_relation, resolve_uri
 
 CATEGORY_ORDER = ("single_hop", "multi_hop", "temporal", "open_domain", "adversarial")
 CATEGORY_NOTE = (
@@ -21,12 +27,17 @@ CATEGORY_NOTE = (
 )
 
 
-def _answers(out_dir: str) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    files = sorted(str(p) for p in (Path(out_dir) / "answers").glob("part-*.parquet"))
+def _answers(out_dir: str, keep: list) -> duckdb.DuckDBPyConnection:
+    """A connection with an `answers` view over the committed parts; `keep` holds what a remote
+    scan reads from and must outlive the connection's queries."""
+    fs, base = resolve_uri(out_dir)
+    folder = join_path(base, ANSWERS)
+    files = sorted(i.base_name for i in list_files(fs, folder) if is_answers_part(i.base_name))
     if not files:
-        raise FileNotFoundError(f"no answers under {out_dir}/answers")
-    con.read_parquet(files).create_view("answers")  # DDL cannot take parameters; a relation can
+        raise FileNotFoundError(f"no answers under {child_uri(out_dir, ANSWERS)}")
+    con = duckdb.connect()
+    # DDL cannot take parameters; a relation can
+    parquet_relation(con, fs, folder, files, None, keep).create_view("answers")
     return con
 
 
@@ -85,7 +96,18 @@ def _build_stats(store) -> dict:
 
 
 def write_eval_report(cfg: LycheeConfig, store, out_dir: str) -> tuple[str, str]:
-    con = _answers(out_dir)
+    """Write report.md and its PNGs into `out_dir`; returns (the report's URI or path, headline)."""
+    keep: list = []
+    con = _answers(out_dir, keep)
+    with tempfile.TemporaryDirectory(prefix="lychee-report-") as tmp:
+        headline = _render(cfg, store, con, Path(tmp))
+        fs, base = resolve_uri(out_dir)
+        pafs.copy_files(tmp, base, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+    return child_uri(out_dir, "report.md"), headline
+
+
+def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
+    """report.md and the PNGs into the local folder `out`; returns the headline."""
     has_judge = con.execute("select count(judge_label) from answers").fetchone()[0] > 0
     cats = _category_rows(con, has_judge)
     budgets = cfg.evaluate.recall_budgets
@@ -94,7 +116,6 @@ def write_eval_report(cfg: LycheeConfig, store, out_dir: str) -> tuple[str, str]
     build = _build_stats(store)
     errors = con.execute("select question_id, error from answers where status != 'ok' order by question_id limit 20").fetchall()
     n_err = con.execute("select count(*) from answers where status != 'ok'").fetchone()[0]
-    out = Path(out_dir)
     backend = "rules (no LLM: extractive answers, rule-based records and plans)" if cfg.llm.backend == "rules" else f"LLM {cfg.llm.model} via {cfg.llm.base_url or 'api.openai.com'}"
     metric = "judge_acc" if has_judge else "f1"
 
@@ -161,6 +182,5 @@ def write_eval_report(cfg: LycheeConfig, store, out_dir: str) -> tuple[str, str]
     ]
     if errors:
         lines += ["## Questions with errors", "", *[f"- `{q}`: {e}" for q, e in errors], ""]
-    path = out / "report.md"
-    path.write_text("\n".join(lines))
-    return str(path), headline
+    (out / "report.md").write_text("\n".join(lines))
+    return headline

@@ -1,14 +1,15 @@
-"""Outputs go through pyarrow filesystems: a `file://` URI works for ingest's --out and for
-reading the store back, the same code path an `s3://` store on a cluster takes."""
+"""Outputs go through pyarrow filesystems: a `file://` URI works for ingest's --out, for
+reading the store back and for evaluate's --out, the same code path an `s3://` URI on a cluster
+takes (tests/test_s3_uri.py runs it against an S3 server)."""
 
 from __future__ import annotations
 
-import pytest
+import pyarrow.fs as pafs
 
 from lychee_ray.config import load_config
-from lychee_ray.evaluate import local_out_dir, run_evaluate
+from lychee_ray.evaluate import run_evaluate
 from lychee_ray.pipeline import run_ingest
-from lychee_ray.store import StoreError, open_store
+from lychee_ray.store import child_uri, join_path, open_store, resolve_uri
 
 from benchmarks.short_archive import write_short_archive
 
@@ -40,10 +41,16 @@ def test_ingest_writes_to_a_file_uri(ray_local, tmp_path):
     assert result.asked == asked
     assert len(list((tmp_path / "eval" / "answers").glob("part-*.parquet"))) >= 1
     assert (tmp_path / "eval" / "report.md").is_file()
+    assert (tmp_path / "eval" / "per_category.png").is_file()
+    assert result.report_path == f"file://{tmp_path}/eval/report.md"
+    assert not (REPO / "file:").exists()
 
 
-def test_evaluate_output_uri_rules():
-    assert local_out_dir("file:///data/eval") == "/data/eval"
-    assert local_out_dir("out/eval") == "out/eval"
-    with pytest.raises(StoreError, match="s3://bucket/eval"):
-        local_out_dir("s3://bucket/eval")
+def test_uri_query_stays_out_of_paths_and_child_uris_keep_it():
+    uri = "s3://bucket/eval/?endpoint_override=127.0.0.1:9000&scheme=http"
+    fs, base = resolve_uri(uri)  # no request is made: the endpoint needs no region lookup
+    assert isinstance(fs, pafs.S3FileSystem)
+    assert join_path(base, "answers") == "bucket/eval/answers"
+    assert child_uri(uri, "report.md") == "s3://bucket/eval/report.md?endpoint_override=127.0.0.1:9000&scheme=http"
+    assert child_uri("file:///data/eval", "report.md") == "file:///data/eval/report.md"
+    assert child_uri("out/eval", "report.md") == "out/eval/report.md"
