@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import logging
 import os
@@ -122,10 +123,7 @@ def json_schema_for(
     for name, values in (enums or {}).items():
         if not values:
             raise ValueError(f"enum for property {name!r} is empty: no value could satisfy it")
-    raw = model.model_json_schema()
-    schema = _inline_refs(raw, raw.get("$defs", {}), ())
-    schema = _strictify(schema)
-    known = _property_names(schema)
+    schema, known = _strict_base(model)
     for what, mapping in (("enums", enums), ("max_items", max_items), ("max_length", max_length)):
         unknown = sorted(set(mapping or {}) - known - {"*"})
         if unknown:  # a typo would silently leave the output unbounded
@@ -134,6 +132,21 @@ def json_schema_for(
     if dialect == "openai":
         schema = _keep_keywords(schema, _OPENAI_KEYWORDS)
     return schema
+
+
+def _strict_base(model: type[BaseModel]) -> tuple[dict, frozenset[str]]:
+    """A fresh copy of the model's inlined strict schema and its property names. The encoder
+    asks for a schema on every call (the turn-id enum differs per segment); building it from
+    pydantic each time was a third of the client's CPU per call."""
+    schema_json, known = _strict_base_cached(model)
+    return json.loads(schema_json), known  # a JSON round trip copies ~5x faster than deepcopy
+
+
+@functools.lru_cache(maxsize=64)
+def _strict_base_cached(model: type[BaseModel]) -> tuple[str, frozenset[str]]:
+    raw = model.model_json_schema()
+    schema = _strictify(_inline_refs(raw, raw.get("$defs", {}), ()))
+    return json.dumps(schema), frozenset(_property_names(schema))
 
 
 def _inline_refs(node: Any, defs: dict, seen: tuple[str, ...]) -> Any:
