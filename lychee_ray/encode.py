@@ -44,7 +44,7 @@ records: atomic, self-contained statements worth remembering later.
 - entities: people, places, organizations, objects named in the record.
 - topics: 1-3 short topic labels.
 - time: when the event happened (ISO dates YYYY-MM-DD; granularity day|week|month|year|none),
-  with the original expression; null dates when unknown.
+  with the original expression; time is null when the turns say nothing about when.
 - source_turn_ids: the ids of the turns the record comes from.
 Skip greetings and small talk. Do not invent facts that are not in the turns.
 state: the resolution state for the next segment: entities with aliases and who/what they

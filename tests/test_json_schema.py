@@ -36,6 +36,8 @@ def _prop(schema, *names):
     for name in names:
         if node.get("type") == "array":
             node = node["items"]
+        if "anyOf" in node:  # nullable object (e.g. a record's time): step into the object branch
+            node = next(b for b in node["anyOf"] if "properties" in b)
         node = node["properties"][name]
     return node
 
@@ -149,3 +151,18 @@ def test_fields_with_defaults_become_required_and_recursion_is_rejected():
     assert "default" not in json.dumps(schema)
     with pytest.raises(ValueError, match="recursive"):
         json_schema_for(_Node, "vllm")
+
+
+def test_record_time_is_nullable_on_the_wire_and_never_none_in_memory():
+    """An untimed record costs `"time":null`, not four null fields; callers still get an object."""
+    schema = json_schema_for(EncodeOutput, "openai")
+    time_schema = _prop(schema, "records")["items"]["properties"]["time"]
+    assert {"type": "null"} in time_schema["anyOf"]
+    rec = {"type": "fact", "text": "Ann likes tea.", "entities": ["Ann"], "topics": [], "time": None, "source_turn_ids": ["D1:1"]}
+    out = EncodeOutput.model_validate({"records": [rec], "state": {"entities": [], "date_anchor": None, "open_threads": []}})
+    assert out.records[0].time.granularity == "none" and out.records[0].time.start is None
+    assert json.loads(out.model_dump_json())["records"][0]["time"] is None
+    jsonschema.validate(json.loads(out.model_dump_json()), schema)
+    timed = dict(rec, time={"start": "2023-05-07", "end": "2023-05-07", "granularity": "day", "expression": "yesterday"})
+    again = EncodeOutput.model_validate({"records": [timed], "state": {"entities": [], "date_anchor": None, "open_threads": []}})
+    assert json.loads(again.model_dump_json())["records"][0]["time"]["expression"] == "yesterday"
