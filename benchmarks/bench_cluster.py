@@ -12,8 +12,8 @@ rules backend.
 - memory: with both worker nodes, archives of N and 4N conversations; every process of the
   cluster is polled (psutil) and the peak RSS of the job's driver, of the largest Ray worker, and
   of all Ray workers together is recorded.
-- estimate: o200k tokens the LLM encoder would see (build_stats.est_*, computed under the rules
-  backend) per turn, scaled to LoCoMo-sized conversations, over assumed vLLM throughputs.
+- estimate: build tokens per LoCoMo dev conversation from the encoder benchmark
+  (benchmarks/bench_encode.py) over assumed vLLM prefill/decode throughputs (cited below).
 
     .venv/bin/python -m benchmarks.bench_cluster [--quick]
 """
@@ -26,14 +26,12 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from benchmarks.short_archive import write_short_archive
-from lychee_ray.store import open_store
 from tests.support.ray_cluster import LocalRayCluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,14 +39,18 @@ RESULTS = REPO / "benchmarks" / "results"
 DEFAULT_SRC = REPO.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 JOB_CONFIG = ["--config", "configs/local.yaml", "--set", "ray.progress_bars=false", "--set", "embedding.num_threads=1"]
 TURNS_PER_SESSION = 4
-LOCOMO_TURNS_PER_CONVERSATION = 4124 / 7  # the 7 dev conversations (issue 2's turn count)
-# Assumptions for the estimate (not measured here). Decode: ~12,500 output tok/s aggregate for
-# an 8B BF16 model on one H100 80GB with vLLM (third-party figure collected at
-# https://www.morphllm.com/vllm-benchmarks); an H200 (more HBM bandwidth) is taken as equal,
-# i.e. conservatively. Prefill: assumed 4x decode per token-second (compute-bound, batched);
-# prefix caching would lower it further and is ignored.
-ASSUMED_DECODE_TOK_S = 12_500
-ASSUMED_PREFILL_TOK_S = 50_000
+# Assumptions for the estimate (not measured here; override with --decode-tok-s/--prefill-tok-s
+# once you have measured your own server with `vllm bench serve`).
+# Decode: 5,333 output tok/s at saturation for Llama-3.1-8B-Instruct, BF16, one H100 80GB, vLLM
+# 0.23.0, prefix caching off (runinfra.ai, "vLLM vs SGLang vs TensorRT-LLM benchmark", June 2026;
+# a third-party measurement with an open harness). vLLM's own published comparison (blog post
+# "vLLM v0.6.0: 2.7x Throughput Improvement", 2024-09-05, Llama 3 8B on 1xH100, ShareGPT) gives
+# its throughput only in plots (requests/s), so no token rate can be quoted from it here. An H200
+# (more HBM bandwidth) is taken as equal to the H100: conservative for decode. Prefill: assumed
+# 10x decode per token (it is compute-bound and batched); prefix caching, which serves our
+# stable instruction prefix, would lower it further and is ignored.
+ASSUMED_DECODE_TOK_S = 5_333
+ASSUMED_PREFILL_TOK_S = 53_330
 
 
 @dataclass
@@ -96,15 +98,26 @@ def ingest(cluster: LocalRayCluster, archive: Path, store: Path, extra: list[str
     return {"turns": turns, "wall_s": wall, "turns_per_s": turns / wall}
 
 
-def token_estimate(store_dir: Path) -> dict:
-    row = open_store(str(store_dir)).con.execute(
-        "select sum(encode_units), sum(est_prompt_tokens), sum(est_completion_tokens), (select count(*) from turns) from build_stats"
-    ).fetchall()[0]
-    calls, prompt, completion, turns = (float(x or 0) for x in row)
-    scale = LOCOMO_TURNS_PER_CONVERSATION / turns
-    per_conv = {"calls": calls * scale, "prompt": prompt * scale, "completion": completion * scale}
-    gpu_s = per_conv["prompt"] / ASSUMED_PREFILL_TOK_S + per_conv["completion"] / ASSUMED_DECODE_TOK_S
-    return {**per_conv, "gpu_hours_10k": 10_000 * gpu_s / 3600}
+def token_estimate(decode_tok_s: float = ASSUMED_DECODE_TOK_S, prefill_tok_s: float = ASSUMED_PREFILL_TOK_S) -> dict:
+    """Build tokens per LoCoMo dev conversation from the encoder benchmark (segment mode, o200k,
+    rules outputs as the carried context), put through the cost model."""
+    from benchmarks.bench_encode import LOCOMO, _means, bench_tokens
+
+    rows, _ = bench_tokens(LOCOMO)
+    seg = next(m for m in _means(rows) if m["mode"] == "segment")
+    per_conv = {"calls": seg["calls"], "prompt": seg["prompt"], "completion": seg["completion"], "conversations": seg["conversations"]}
+    return {**per_conv, "decode_tok_s": decode_tok_s, "prefill_tok_s": prefill_tok_s,
+            "gpu_hours_10k": gpu_hours(per_conv, decode_tok_s, prefill_tok_s),
+            "sensitivity": {d: gpu_hours(per_conv, d, 10 * d) for d in SENSITIVITY_DECODE_TOK_S}}
+
+
+SENSITIVITY_DECODE_TOK_S = (2_500, 5_333, 12_500)  # pessimistic / cited / optimistic (earlier third-party figure)
+
+
+def gpu_hours(per_conv: dict, decode_tok_s: float, prefill_tok_s: float, conversations: int = 10_000) -> float:
+    """The cost model: encoder prompt tokens over prefill throughput plus completion tokens over
+    decode throughput, per conversation, times the archive size."""
+    return conversations * (per_conv["prompt"] / prefill_tok_s + per_conv["completion"] / decode_tok_s) / 3600
 
 
 def mib(n: int) -> str:
@@ -151,17 +164,21 @@ def render(sizes: dict, tput: dict, mem: dict, est: dict) -> str:
         "",
         "## GPU-hour estimate: 10,000 LoCoMo-sized conversations, one H200 (ESTIMATE)",
         "",
-        f"Measured (rules backend, {sizes['mem_large']} conversations): the o200k tokens an LLM encoder would be sent and would"
-        f" return (build_stats.est_prompt_tokens / est_completion_tokens, one call per segment), per turn, scaled to"
-        f" {LOCOMO_TURNS_PER_CONVERSATION:.0f} turns per conversation (LoCoMo dev mean). Short synthetic conversations cut"
-        f" segments at every session end ({TURNS_PER_SESSION} turns here), so they have more, shorter segments than full ones:"
-        " calls and carried-context tokens per turn, and with them this estimate, are biased high.",
+        f"Measured: the encoder benchmark's build tokens per LoCoMo dev conversation (benchmarks/bench_encode.py, segment"
+        f" mode, mean of {est['conversations']} conversations): the o200k tokens an LLM encoder would be sent and would"
+        " return, with the rules outputs as the carried context and as the assumed reply.",
         "",
         f"- per conversation: {est['calls']:.0f} encode calls, {est['prompt']:,.0f} prompt + {est['completion']:,.0f} completion tokens",
-        f"- ASSUMED vLLM throughput for a 7-8B model on one GPU: prefill {ASSUMED_PREFILL_TOK_S:,} tok/s (assumed),"
-        f" decode {ASSUMED_DECODE_TOK_S:,} tok/s aggregate (third-party H100 figure for Llama 3.1 8B, morphllm.com/vllm-benchmarks;"
-        " H200 taken as equal). Not measured here; o200k counts stand in for the open model's tokenizer.",
+        f"- ASSUMED vLLM throughput for a 7-8B model on one GPU: decode {est['decode_tok_s']:,.0f} output tok/s aggregate,"
+        f" prefill {est['prefill_tok_s']:,.0f} tok/s. Default decode: 5,333 tok/s, Llama-3.1-8B-Instruct BF16 on one H100,"
+        " vLLM 0.23.0 (runinfra.ai, June 2026, third-party); vLLM's own v0.6.0 benchmark post gives throughput only as"
+        " plots. H200 taken as equal to H100; prefill assumed 10x decode. Not measured here; o200k counts stand in for"
+        " the open model's tokenizer.",
         f"- **estimate: {est['gpu_hours_10k']:.1f} GPU-hours** for 10,000 conversations (encode only; planner/answer/judge not included)",
+        "",
+        "| assumed decode tok/s (prefill 10x) | GPU-hours, 10,000 conversations |",
+        "|---|---|",
+        *[f"| {d:,} | {h:.1f} |" for d, h in est["sensitivity"].items()],
         "",
         f"Command: `.venv/bin/python -m benchmarks.bench_cluster{' --quick' if sizes['quick'] else ''}`",
     ]
@@ -172,6 +189,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_cluster", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (about a few minutes on 2 cores)")
     parser.add_argument("--src", default=str(DEFAULT_SRC), help="LoCoMo JSON to draw sessions from")
+    parser.add_argument("--decode-tok-s", type=float, default=ASSUMED_DECODE_TOK_S, help="assumed aggregate decode throughput of the GPU server")
+    parser.add_argument("--prefill-tok-s", type=float, default=ASSUMED_PREFILL_TOK_S, help="assumed prefill throughput")
     args = parser.parse_args(argv)
     sizes = {"quick": args.quick, "tput": 60 if args.quick else 200,
              "mem_small": 50 if args.quick else 250, "mem_large": 200 if args.quick else 1000}
@@ -195,7 +214,7 @@ def main(argv: list[str] | None = None) -> Path:
             mem[n] = {"turns": run["turns"], "driver": peak.driver, "worker_max": peak.worker_max, "workers_sum": peak.workers_sum}
     finally:
         cluster.stop()
-    est = token_estimate(work / f"mem{sizes['mem_large']}")
+    est = token_estimate(args.decode_tok_s, args.prefill_tok_s)
     shutil.rmtree(work, ignore_errors=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "bench_cluster.md"

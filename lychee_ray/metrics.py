@@ -16,7 +16,6 @@ Pure functions, no I/O. Judge prompts live in `judge.py`.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import string

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from lychee_ray.evaluate import run_evaluate
+from lychee_ray.store import is_temp_name
 
 from .conftest import REPO
 from .support.locomo_store import LOCAL_CONFIG, local_config
@@ -141,7 +141,7 @@ def test_kill_minus_9_then_resume_reasks_nothing_already_answered(locomo_dev_sto
     assert {name: ((parts / name).stat().st_mtime_ns, (parts / name).stat().st_size) for name in before} == before
     rows = answers(out)
     assert len(rows) == 40 and all(r["status"] == "ok" for r in rows.values())
-    assert not list(parts.glob(".tmp-*"))
+    assert not [p.name for p in parts.iterdir() if is_temp_name(p.name)]  # no writer debris left
     # a third run has nothing left to ask
     assert run_evaluate(local_config("evaluate.max_questions=40"), str(locomo_dev_store), str(out)).asked == 0
 
