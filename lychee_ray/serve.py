@@ -81,7 +81,7 @@ def _models_answer(url: str) -> bool:
         return False
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: get SIGTERM if `serve` itself is killed (Linux prctl)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -117,7 +117,7 @@ class VLLMProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,  # so stop() can reach vLLM's engine subprocesses too
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
             )
 
     def alive(self) -> bool:

@@ -31,6 +31,8 @@ from typing import Iterator
 
 import yaml
 
+from lychee_ray.serve import die_with_parent
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_VLLM_PYTHON = str(REPO / ".venv-vllm" / "bin" / "python")
 SERVED_NAME = "tiny"
@@ -200,6 +202,9 @@ def start_vllm_server(
             env=env,
             cwd=REPO,
             start_new_session=True,  # one group to kill if shutdown fails
+            # A pytest killed hard (no fixture teardown) takes the server down with it; serve
+            # does the same for its vLLM child, so no engine outlives the test session.
+            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
         )
     server = VLLMServer(
         base_url=f"http://127.0.0.1:{port}/v1",
