@@ -186,6 +186,9 @@ class EncodeStage(AsyncStage):
 
         return run_closing(self.process_batch_async(convs), self.client)
 
+    def work_estimate(self, conv: Conversation) -> float:
+        return len(conv.segments)  # one sequential call per segment
+
     @property
     def backend_label(self) -> str:
         return "rules" if self.client is None else self.cfg.llm.model

@@ -59,6 +59,10 @@ class AsyncStage(Stage):
     async def process_async(self, conv: Conversation) -> None:
         raise NotImplementedError
 
+    def work_estimate(self, conv: Conversation) -> float:
+        """Relative length of a conversation's sequential chain (e.g. its segments)."""
+        return 0.0
+
     async def process_batch_async(self, convs: list[Conversation]) -> list[Conversation]:
         gate = asyncio.Semaphore(self.max_in_flight)
 
@@ -74,8 +78,11 @@ class AsyncStage(Stage):
                 finally:
                     add_seconds(conv, self.name, time.perf_counter() - start)
 
-        await asyncio.gather(*(one(c) for c in convs))
-        return convs
+        # Longest chain first: when more conversations wait than may be in flight, a long chain
+        # started last would run alone at the end (the semaphore admits waiters in FIFO order).
+        ordered = sorted(convs, key=self.work_estimate, reverse=True)
+        await asyncio.gather(*(one(c) for c in ordered))
+        return convs  # the batch keeps its input order
 
     def process_batch(self, convs: list[Conversation]) -> list[Conversation]:
         return asyncio.run(self.process_batch_async(convs))
