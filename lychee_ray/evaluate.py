@@ -30,7 +30,7 @@ from .config import LycheeConfig
 from .metrics import bleu1, evidence_recall, locomo_f1, token_f1
 from .schemas import JudgeOutput
 from .stages import AsyncStage, Stage, apply_stage, pack, unpack
-from .store import delete_quietly, is_temp_name, join_path, list_files, open_store, resolve_uri, write_atomic
+from .store import delete_quietly, is_part_name, is_temp_name, join_path, list_files, open_store, resolve_uri, write_atomic
 
 log = logging.getLogger("lychee_ray.evaluate")
 
@@ -339,10 +339,6 @@ def answer_row(item: QAItem) -> dict:
     return row
 
 
-def is_answers_part(name: str) -> bool:
-    return name.startswith("part-") and name.endswith(".parquet")
-
-
 def write_answers(batch, out_dir: str):
     """Commit one batch of answers as answers/part-<hash>.parquet under `out_dir` (a path or any
     pyarrow.fs URI): temp file then rename, so a kill never leaves half a part."""
@@ -363,7 +359,7 @@ def answered_ids(out_dir: str) -> set[str]:
     for info in list_files(fs, join_path(base, ANSWERS)):
         if is_temp_name(info.base_name):
             delete_quietly(fs, info.path)
-        elif is_answers_part(info.base_name):
+        elif is_part_name(info.base_name):
             ids.update(pq.read_table(info.path, columns=["question_id"], filesystem=fs).column("question_id").to_pylist())
     return ids
 

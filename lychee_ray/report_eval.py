@@ -15,9 +15,9 @@ import duckdb
 import pyarrow.fs as pafs
 
 from .config import LycheeConfig
-from .evaluate import ANSWERS, is_answers_part
+from .evaluate import ANSWERS
 from .report import bar_chart, line_chart, markdown_table
-from .store import child_uri, join_path, list_files, parquet_relation, resolve_uri
+from .store import child_uri, is_part_name, join_path, list_files, parquet_relation, resolve_uri
 
 CATEGORY_ORDER = ("single_hop", "multi_hop", "temporal", "open_domain", "adversarial")
 CATEGORY_NOTE = (
@@ -32,7 +32,7 @@ def _answers(out_dir: str, keep: list) -> duckdb.DuckDBPyConnection:
     scan reads from and must outlive the connection's queries."""
     fs, base = resolve_uri(out_dir)
     folder = join_path(base, ANSWERS)
-    files = sorted(i.base_name for i in list_files(fs, folder) if is_answers_part(i.base_name))
+    files = sorted(i.base_name for i in list_files(fs, folder) if is_part_name(i.base_name))
     if not files:
         raise FileNotFoundError(f"no answers under {child_uri(out_dir, ANSWERS)}")
     con = duckdb.connect()

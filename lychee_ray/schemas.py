@@ -117,6 +117,9 @@ class _Strict(BaseModel):
 
 
 class NormalizedTime(_Strict):
+    # Frozen: NO_TIME below is one instance shared by every untimed record.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     start: str | None = Field(description="ISO date YYYY-MM-DD of the start, or null")
     end: str | None = Field(description="ISO date YYYY-MM-DD of the end, or null")
     granularity: TimeGranularity

@@ -123,6 +123,11 @@ def child_uri(uri: str, name: str) -> str:
     return f"{head.rstrip('/')}/{name}{sep}{query}"
 
 
+def is_part_name(name: str) -> bool:
+    """A committed data file: `part-<hex>.parquet` (store tables and evaluate's answers)."""
+    return _PART_RE.match(name) is not None
+
+
 def is_temp_name(name: str) -> bool:
     """A file `write_atomic` had not renamed yet: the debris of a killed writer."""
     return name.startswith(".") and TMP_MARK in name
@@ -669,7 +674,7 @@ def _remove_orphans(fs: pafs.FileSystem, base: str, referenced: set[str]) -> int
     for table in INGEST_TABLES:
         for info in list_files(fs, join_path(base, table)):
             name = info.base_name
-            ours = _PART_RE.match(name) or is_temp_name(name)
+            ours = is_part_name(name) or is_temp_name(name)
             if ours and f"{table}/{name}" not in referenced:
                 fs.delete_file(info.path)
                 removed += 1
