@@ -27,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from lychee_ray.ablate import load_grid, run_ablation
-from lychee_ray.report import markdown_table
+from lychee_ray.ablate.grid import load_grid
+from lychee_ray.ablate.runner import run_ablation
+from lychee_ray.plots import markdown_table
 from tests.support.locomo_cut import cut_locomo
 
 REPO = Path(__file__).resolve().parent.parent

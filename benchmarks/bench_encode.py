@@ -35,11 +35,11 @@ import time
 from pathlib import Path
 
 from lychee_ray.config import load_config
-from lychee_ray.encode import EncodeStage
-from lychee_ray.llm import json_schema_for
-from lychee_ray.read import read_file
+from lychee_ray.ingest.encode import EncodeStage
+from lychee_ray.ingest.segment import SegmentStage
+from lychee_ray.io.readers.files import read_file
+from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.schemas import EncodeOutput
-from lychee_ray.segment import SegmentStage
 from lychee_ray.tokens import count_tokens
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +104,7 @@ def bench_concurrency(path: Path, latency_s: float, window: int) -> list[dict]:
 # (b) tokens per conversation
 # --------------------------------------------------------------------------------------------
 def bench_tokens(path: Path) -> tuple[list[dict], dict]:
-    from lychee_ray.embed import EmbedTurnsStage
+    from lychee_ray.ingest.embed import EmbedTurnsStage
 
     cfg = load_config(REPO / "configs" / "local.yaml", ["encoder.estimate_tokens=true"])
     convs = list(read_file(str(path), cfg.read))

@@ -29,9 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-
 from lychee_ray.config import load_config
-from lychee_ray.read import read_file
+from lychee_ray.io.readers.files import read_file
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -51,7 +50,7 @@ def quick_input(src: Path, n_conversations: int, tmp: Path) -> Path:
 def load_raw_model(cfg):
     from sentence_transformers import SentenceTransformer
 
-    from lychee_ray.embed import pick_device, resolve_model_path
+    from lychee_ray.embedding import pick_device, resolve_model_path
 
     model = SentenceTransformer(resolve_model_path(cfg.model), device=pick_device(cfg.device))
     model.encode(["warm-up"] * 8, batch_size=cfg.batch_size)  # first call pays one-off setup
@@ -71,10 +70,10 @@ def build_core_dataset(cfg, files: list[str], out_dir: str, done: frozenset):
 
     import ray
 
-    from lychee_ray.embed import EmbedTurnsStage
-    from lychee_ray.pipeline import _registry_actor, read_files_batch, write_batch
-    from lychee_ray.segment import SegmentStage
-    from lychee_ray.stages import apply_stage
+    from lychee_ray.ingest.embed import EmbedTurnsStage
+    from lychee_ray.ingest.job import _registry_actor, read_files_batch, write_batch
+    from lychee_ray.ingest.segment import SegmentStage
+    from lychee_ray.runtime.stage import apply_stage
 
     emb = cfg.embedding
     ds = ray.data.from_items([{"path": f} for f in files], override_num_blocks=max(1, len(files)))
@@ -86,9 +85,9 @@ def build_core_dataset(cfg, files: list[str], out_dir: str, done: frozenset):
 
 def run_pipeline(cfg, src: Path, out_dir: str, core_only: bool = False) -> tuple[float, str]:
     """The same steps as `run_ingest`, keeping the dataset so its Ray Data stats can be read."""
-    from lychee_ray.pipeline import build_dataset
-    from lychee_ray.read import list_input_files
-    from lychee_ray.store import finalize_manifest, prepare_output
+    from lychee_ray.ingest.job import build_dataset
+    from lychee_ray.io.readers.files import list_input_files
+    from lychee_ray.store.writer import finalize_manifest, prepare_output
 
     start = time.perf_counter()
     done = frozenset(prepare_output(out_dir, cfg))
@@ -100,7 +99,7 @@ def run_pipeline(cfg, src: Path, out_dir: str, core_only: bool = False) -> tuple
 
 
 def store_facts(out_dir: str) -> dict:
-    from lychee_ray.store import open_store
+    from lychee_ray.store.reader import open_store
 
     con = open_store(out_dir).con
     stage_sums = con.execute(f"select {', '.join(f'sum({s})' for s in STAGES)}, sum(wall_s) from build_stats").fetchall()[0]
@@ -197,7 +196,7 @@ def main(argv: list[str] | None = None) -> Path:
 
         import ray
 
-        from lychee_ray.pipeline import init_ray
+        from lychee_ray.runtime.ray import init_ray
 
         start = time.perf_counter()
         init_ray(cfg.ray)

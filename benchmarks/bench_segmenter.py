@@ -24,7 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from lychee_ray.config import SegmenterConfig, load_config
-from lychee_ray.segment import Boundary, merge_short_tails, segment_exchanges, sigmoid, surprise_feature
+from lychee_ray.ingest.segment import (
+    Boundary,
+    merge_short_tails,
+    segment_exchanges,
+    sigmoid,
+    surprise_feature,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LOCAL_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "local.yaml"

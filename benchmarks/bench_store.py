@@ -51,7 +51,8 @@ import pyarrow.parquet as pq
 
 from lychee_ray.config import LycheeConfig, load_config
 from lychee_ray.schemas import INGEST_TABLES
-from lychee_ray.store import Store, StoreWriter, open_store, prepare_output
+from lychee_ray.store.reader import Store, open_store
+from lychee_ray.store.writer import StoreWriter, prepare_output
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "store.md"
@@ -70,7 +71,7 @@ def local_cfg(*overrides: str) -> LycheeConfig:
 def build_base_store(out: Path, n: int, seed: int = 0) -> float:
     """n synthetic conversations (synth_archive) through the real ingest, rules backend."""
     from benchmarks.synth_archive import make_archive, write_archive
-    from lychee_ray.pipeline import run_ingest
+    from lychee_ray.ingest.job import run_ingest
 
     archive = out.parent / f"synth-{n}.json"
     write_archive(make_archive(LOCOMO, n, seed), archive)
@@ -117,8 +118,8 @@ class QuestionBank:
     """Real LoCoMo questions of the base conversations, embedded once, with their rules plans."""
 
     def __init__(self, base: Path, cfg: LycheeConfig):
-        from lychee_ray.embed import Embedder
-        from lychee_ray.rules import RulesPlanner
+        from lychee_ray.embedding import Embedder
+        from lychee_ray.rules.planner import RulesPlanner
 
         with open_store(str(base), cfg) as store:
             rows = store.sql("SELECT conversation_id, question, CAST(question_date AS VARCHAR) AS qd FROM questions "
@@ -166,7 +167,7 @@ def run_question(store: Store, retriever, cid: str, q: dict) -> dict[str, float]
 
 
 def measure(store: Store, bank: QuestionBank, cfg: LycheeConfig, n_questions: int, seed: int = 0) -> dict:
-    from lychee_ray.retrieve import Retriever, route_text
+    from lychee_ray.query.retrieve import Retriever, route_text
 
     vec_of = {}  # the retriever's embed_fn: texts -> the question's precomputed MiniLM vector
     retriever = Retriever(store, cfg.retrieval, lambda texts: np.stack([vec_of[t] for t in texts]))

@@ -32,8 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from lychee_ray.config import SegmenterConfig, load_config
-from lychee_ray.read import read_file
-from lychee_ray.segment import Boundary, exchange_embeddings, fixed_windows, segment_exchanges
+from lychee_ray.ingest.segment import (
+    Boundary,
+    exchange_embeddings,
+    fixed_windows,
+    segment_exchanges,
+)
+from lychee_ray.io.readers.files import read_file
 from lychee_ray.tokens import count_many
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +70,7 @@ def embed_turns_cached(convs, model: str) -> list[np.ndarray]:
         data = np.load(cache)
         return [data[f"c{i}"] for i in range(len(convs))]
     from lychee_ray.config import EmbeddingConfig
-    from lychee_ray.embed import Embedder
+    from lychee_ray.embedding import Embedder
 
     vecs = Embedder(EmbeddingConfig(model=model)).encode_groups(texts)
     RESULTS.mkdir(parents=True, exist_ok=True)

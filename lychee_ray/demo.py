@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import load_config
-from .evaluate import run_evaluate
-from .pipeline import run_ingest
+from lychee_ray.config import load_config
+from lychee_ray.evaluate.job import run_evaluate
+from lychee_ray.ingest.job import run_ingest
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_INPUT = REPO / "data" / "demo" / "locomo_conv-30.json"

@@ -31,6 +31,21 @@ RecordType = Literal[
 TimeGranularity = Literal["day", "week", "month", "year", "none"]
 NODE_KINDS = ("entity", "topic", "entity_topic", "time", "event_frame")
 
+# LoCoMo's integer `category` -> name. This follows upstream snap-research/locomo
+# task_eval/evaluation.py, which scores 1 with the multi-hop comma-split F1, 2-4 with plain F1
+# and 5 with the "not mentioned" test, and gpt_utils.py, which adds the conversation-date hint
+# to 2 (temporal). The questions agree: 1 = multi-hop, 2 = temporal, 3 = open-domain,
+# 4 = single-hop, 5 = adversarial. The mem0 evaluation labels 1 = single-hop and 3 = multi-hop
+# (mem0ai/mem0 issue #2609), so per-category numbers copied from mem0-derived tables swap
+# those two rows. We store names, never numbers, so nobody has to remember which convention.
+LOCOMO_CATEGORIES: dict[int, str] = {
+    1: "multi_hop",
+    2: "temporal",
+    3: "open_domain",
+    4: "single_hop",
+    5: "adversarial",
+}
+
 
 # --------------------------------------------------------------------------------------------
 # In-memory conversation state (plain dataclasses: cheap, picklable, no validation overhead)

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from benchmarks.bench_ablate import cut_counts
-from lychee_ray.ablate import balanced_windows, load_grid, run_ablation
+from lychee_ray.ablate.grid import load_grid
+from lychee_ray.ablate.runner import balanced_windows, run_ablation
 from lychee_ray.config import ConfigError
 from tests.support.locomo_cut import cut_locomo
 
@@ -35,7 +36,7 @@ def cut_input(tmp_path_factory):
 @pytest.fixture(scope="module")
 def embedder():
     from lychee_ray.config import load_config
-    from lychee_ray.embed import Embedder
+    from lychee_ray.embedding import Embedder
 
     return Embedder(load_config(REPO / "configs" / "local.yaml").embedding)
 

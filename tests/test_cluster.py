@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from benchmarks.short_archive import write_short_archive
-from lychee_ray.store import open_store
+from lychee_ray.store.reader import open_store
 
 from .conftest import LOCOMO_PATH, REPO, requires_shared_data
 from .support.ray_cluster import LocalRayCluster

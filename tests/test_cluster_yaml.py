@@ -87,7 +87,10 @@ def test_node_types_and_resources(cluster):
 
 
 def test_labels_are_valid_ray_node_labels(cluster):
-    from ray._private.label_utils import validate_node_label_syntax, validate_node_labels
+    from ray._private.label_utils import (
+        validate_node_label_syntax,
+        validate_node_labels,
+    )
 
     for node_type in cluster["available_node_types"].values():
         validate_node_label_syntax(node_type["labels"])  # raises on a malformed key or value

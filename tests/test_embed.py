@@ -3,7 +3,7 @@
 import numpy as np
 
 from lychee_ray.config import EmbeddingConfig
-from lychee_ray.embed import Embedder
+from lychee_ray.embedding import Embedder
 
 
 def test_bundled_model_gives_unit_vectors_and_groups_match_single_calls():

@@ -18,10 +18,11 @@ import json
 import pytest
 
 from lychee_ray.config import load_config
-from lychee_ray.embed import EmbedTurnsStage
-from lychee_ray.encode import EncodeStage, render_turns
-from lychee_ray.read import read_file
-from lychee_ray.segment import SegmentStage
+from lychee_ray.ingest.embed import EmbedTurnsStage
+from lychee_ray.ingest.encode import EncodeStage
+from lychee_ray.ingest.segment import SegmentStage
+from lychee_ray.io.readers.files import read_file
+from lychee_ray.llm.prompts import render_turns
 from tests.support.locomo_cut import cut_locomo
 
 from .conftest import LOCOMO_PATH, REPO, requires_shared_data
@@ -223,8 +224,8 @@ def test_record_ids_are_stable_across_reruns_and_concurrency(segmented, fake_ope
 
 
 def test_ray_ingest_writes_complete_tables_under_faults(cut_file, fake_openai, ray_local, tmp_path):
-    from lychee_ray.pipeline import run_ingest
-    from lychee_ray.store import open_store
+    from lychee_ray.ingest.job import run_ingest
+    from lychee_ray.store.reader import open_store
 
     fake_openai.set_faults(p_429=0.05, p_500=0.05, p_truncate=0.15, p_invalid=0.15, seed=3)
     cfg = llm_cfg(fake_openai)

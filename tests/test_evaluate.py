@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lychee_ray.evaluate import run_evaluate
-from lychee_ray.store import is_temp_name
+from lychee_ray.evaluate.job import run_evaluate
+from lychee_ray.io.fs import is_temp_name
 
 from .conftest import REPO
 from .support.locomo_store import LOCAL_CONFIG, local_config
@@ -60,7 +60,7 @@ def test_bad_question_rows_are_error_rows_and_the_rest_is_answered(locomo_dev_st
         assert row["prediction"] and row["f1"] is not None and 0 < row["context_tokens"] <= 1500
         assert row["evidence_recall"] is not None and row["naive_rag_recall"] is not None
         assert row["evidence_turn_ids"] == q["evidence_turn_ids"]
-    logged = [r.getMessage() for r in caplog.records if r.name == "lychee_ray.evaluate"]
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("lychee_ray.evaluate")]
     assert sum("bad-unknown-conv" in m for m in logged) == 1 and sum("bad-empty" in m for m in logged) == 1
     assert all(str(qfile) in m for m in logged)
     report = (out / "report.md").read_text()
@@ -147,7 +147,7 @@ def test_kill_minus_9_then_resume_reasks_nothing_already_answered(locomo_dev_sto
 
 
 def test_answers_table_has_the_design_columns():
-    from lychee_ray.evaluate import ANSWERS_SCHEMA
+    from lychee_ray.evaluate.answers import ANSWERS_SCHEMA
 
     design = ["question_id", "prediction", "retrieved_record_ids", "context_tokens", "plan", "judge_label", "f1",
               "bleu1", "evidence_recall", "prompt_tokens", "completion_tokens"]

@@ -47,7 +47,7 @@ def cfg_for(server, *overrides):
 
 @pytest.fixture(scope="module")
 def store_dir(tmp_path_factory, ray_local):
-    from lychee_ray.pipeline import run_ingest
+    from lychee_ray.ingest.job import run_ingest
 
     tmp = tmp_path_factory.mktemp("eval_llm")
     cut = cut_locomo(LOCOMO_PATH, tmp / "cut.json", conversations=2, sessions=2)
@@ -74,7 +74,7 @@ def answers_rows(out_dir) -> list[dict]:
 
 
 def test_plan_answer_judge_go_through_the_llm_and_land_in_answers(store_dir, fake_openai, tmp_path):
-    from lychee_ray.evaluate import run_evaluate
+    from lychee_ray.evaluate.job import run_evaluate
 
     result = run_evaluate(cfg_for(fake_openai), store_dir, str(tmp_path / "eval"))
     rows = answers_rows(tmp_path / "eval")
@@ -120,8 +120,9 @@ def test_plan_answer_judge_go_through_the_llm_and_land_in_answers(store_dir, fak
 
 
 def test_llm_failures_fall_back_and_are_recorded_per_question(store_dir, fake_openai):
-    from lychee_ray.evaluate import evaluate_in_process, load_questions
-    from lychee_ray.store import open_store
+    from lychee_ray.evaluate.job import evaluate_in_process
+    from lychee_ray.evaluate.questions import load_questions
+    from lychee_ray.store.reader import open_store
 
     cfg = cfg_for(fake_openai, "evaluate.max_questions=1")
     items = load_questions(open_store(store_dir, cfg), cfg, None)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lychee_ray.fusion import budget_topk, cosine_topk, minmax_normalize, mmr_select, rrf_fuse
+from lychee_ray.query.fusion import budget_topk, minmax_normalize, mmr_select, rrf_fuse
 
 
 # ------------------------------------------------------------------------------------------ RRF
@@ -58,25 +58,10 @@ def test_rrf_empty_inputs():
 
 
 # ------------------------------------------------------------------------------- cosine top-k
-def test_cosine_topk_orders_by_cosine_with_row_order_ties():
-    matrix = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.0]])
-    idx, scores = cosine_topk(np.array([3.0, 0.0]), matrix, k=3)
-    assert idx.tolist() == [0, 3, 2]  # rows 0 and 3 tie at cosine 1: row order
-    np.testing.assert_allclose(scores, [1.0, 1.0, 1 / math.sqrt(2)])
 
 
-def test_cosine_topk_zero_rows_and_large_k():
-    matrix = np.array([[0.0, 0.0], [0.0, 2.0]])
-    idx, scores = cosine_topk(np.array([0.0, 1.0]), matrix, k=10)
-    assert idx.tolist() == [1, 0]
-    assert scores.tolist() == [1.0, 0.0]  # the zero row scores 0, not NaN
-    idx, scores = cosine_topk(np.array([0.0, 1.0]), matrix, k=0)
-    assert idx.size == 0 and scores.size == 0
 
 
-def test_cosine_topk_rejects_dimension_mismatch():
-    with pytest.raises(ValueError):
-        cosine_topk(np.ones(3), np.ones((2, 2)), k=1)
 
 
 # ----------------------------------------------------------------------------------------- MMR

@@ -15,8 +15,8 @@ import duckdb
 import pytest
 
 from lychee_ray.config import load_config
-from lychee_ray.pipeline import run_ingest
-from lychee_ray.store import open_store
+from lychee_ray.ingest.job import run_ingest
+from lychee_ray.store.reader import open_store
 
 from .conftest import LOCOMO_PATH, REPO, requires_shared_data
 

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from lychee_ray.llm import json_schema_for
+from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.schemas import AnswerOutput, EncodeOutput, JudgeOutput, QueryPlan
 from tests.support.fake_openai import generate
 

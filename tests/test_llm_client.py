@@ -15,10 +15,16 @@ import jsonschema
 import pytest
 
 from lychee_ray.config import LLMConfig
-from lychee_ray.llm import LLMClient, LLMResult, Usage, json_schema_for
+from lychee_ray.llm.client import LLMClient, LLMResult, Usage
+from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.schemas import AnswerOutput, EncodeOutput, JudgeOutput, QueryPlan
 from lychee_ray.tokens import count_tokens
-from tests.support.fake_openai import Faults, FakeOpenAIServer, reply_for, spawn_fake_server
+from tests.support.fake_openai import (
+    FakeOpenAIServer,
+    Faults,
+    reply_for,
+    spawn_fake_server,
+)
 from tests.support.tiny_vllm import free_port
 
 SYSTEM = "You turn a conversation segment into self-contained memory records. " * 5

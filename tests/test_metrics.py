@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lychee_ray.metrics import (
-    LOCOMO_CATEGORIES,
+from lychee_ray.evaluate.metrics import (
     bleu1,
     evidence_recall,
     locomo_category_name,
@@ -19,6 +18,7 @@ from lychee_ray.metrics import (
     porter_stem,
     token_f1,
 )
+from lychee_ray.schemas import LOCOMO_CATEGORIES
 
 LOCOMO_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 

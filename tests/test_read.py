@@ -8,7 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from lychee_ray.config import ReadConfig
-from lychee_ray.read import InputError, group_exchanges, list_input_files, normalize_evidence, read_file
+from lychee_ray.io.exchanges import group_exchanges
+from lychee_ray.io.readers.common import InputError
+from lychee_ray.io.readers.files import list_input_files, read_file
+from lychee_ray.io.readers.locomo import normalize_evidence
 from lychee_ray.schemas import Turn
 
 from .conftest import LME_PATH, LOCOMO_PATH, requires_shared_data

@@ -10,7 +10,13 @@ import sys
 
 import pytest
 
-from lychee_ray.report import bar_chart, line_chart, markdown_table, pareto_front, scatter_labeled
+from lychee_ray.plots import (
+    bar_chart,
+    line_chart,
+    markdown_table,
+    pareto_front,
+    scatter_labeled,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

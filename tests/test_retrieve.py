@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from lychee_ray.retrieve import TURN_PREFIX, Retriever
-from lychee_ray.rules import RulesPlanner
+from lychee_ray.query.retrieve import TURN_PREFIX, Retriever
+from lychee_ray.rules.planner import RulesPlanner
 from lychee_ray.schemas import QueryPlan, Route, TimeWindow
-from lychee_ray.store import open_store
+from lychee_ray.store.reader import open_store
 from lychee_ray.tokens import count_tokens
 
 from .support.locomo_store import local_config
@@ -58,7 +58,7 @@ def tables(locomo_dev_store):
 
 @pytest.fixture(scope="module")
 def embedder():
-    from lychee_ray.embed import Embedder
+    from lychee_ray.embedding import Embedder
 
     return Embedder(local_config().embedding)
 
@@ -255,8 +255,8 @@ def test_cross_encoder_rerank_reorders_the_fused_head_by_its_own_scores(store, e
     import torch
     from sentence_transformers import CrossEncoder
 
-    from lychee_ray.embed import resolve_model_path
-    from lychee_ray.retrieve import CrossEncoderReranker
+    from lychee_ray.embedding import resolve_model_path
+    from lychee_ray.query.rerank import CrossEncoderReranker
 
     torch.manual_seed(0)
     model = CrossEncoder(resolve_model_path("bundled:all-MiniLM-L6-v2"), num_labels=1)

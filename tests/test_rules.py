@@ -13,17 +13,20 @@ from datetime import date
 
 import pytest
 
-from lychee_ray.rules import (
-    RulesEncoder,
-    RulesPlanner,
-    classify,
-    content_words,
-    extractive_answer,
-    resolve_pronouns,
-    split_sentences,
+from lychee_ray.dates import parse_source_datetime
+from lychee_ray.rules.answerer import extractive_answer
+from lychee_ray.rules.encoder import RulesEncoder
+from lychee_ray.rules.planner import RulesPlanner
+from lychee_ray.rules.pronouns import resolve_pronouns
+from lychee_ray.rules.text import classify, content_words, split_sentences
+from lychee_ray.rules.timeparse import find_time_expressions
+from lychee_ray.schemas import (
+    EncodeOutput,
+    EntityState,
+    QueryPlan,
+    ResolutionState,
+    Turn,
 )
-from lychee_ray.schemas import EncodeOutput, EntityState, QueryPlan, ResolutionState, Turn
-from lychee_ray.timeparse import find_time_expressions, parse_source_datetime
 
 from .conftest import LME_PATH, LOCOMO_PATH, requires_shared_data
 

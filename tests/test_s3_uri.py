@@ -17,8 +17,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from lychee_ray.evaluate import run_evaluate
-from lychee_ray.pipeline import run_ingest
+from lychee_ray.evaluate.job import run_evaluate
+from lychee_ray.ingest.job import run_ingest
 
 from .conftest import LOCOMO_PATH, REPO, requires_shared_data
 from .support.locomo_cut import cut_locomo

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lychee_ray.config import SegmenterConfig
-from lychee_ray.segment import (
+from lychee_ray.ingest.segment import (
     OnlineSegmenter,
     cohesion,
     exchange_embeddings,

@@ -22,13 +22,13 @@ from lychee_ray.schemas import (
     Turn,
     table_schemas,
 )
-from lychee_ray.store import (
-    StoreError,
+from lychee_ray.store.manifest import StoreError
+from lychee_ray.store.reader import open_store
+from lychee_ray.store.rows import conversation_rows
+from lychee_ray.store.writer import (
     StoreWriter,
     batch_id_for,
-    conversation_rows,
     finalize_manifest,
-    open_store,
     prepare_output,
 )
 
@@ -494,7 +494,7 @@ def test_locomo_nodes_all_kinds_with_sane_counts(locomo_dev_store):
 def test_locomo_vector_topk_equals_numpy_bruteforce(locomo_dev_store):
     """Real MiniLM query vectors against real record/turn vectors: DuckDB's top-k over the
     views is the numpy brute-force top-k over the same vectors read straight from Parquet."""
-    from lychee_ray.embed import Embedder
+    from lychee_ray.embedding import Embedder
 
     cfg = LycheeConfig.model_validate({"embedding": {"model": "bundled:all-MiniLM-L6-v2", "dim": 384}})
     questions = read_table(locomo_dev_store, "questions").to_pylist()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pyarrow.fs as pafs
 
-from lychee_ray.config import load_config
-from lychee_ray.evaluate import run_evaluate
-from lychee_ray.pipeline import run_ingest
-from lychee_ray.store import child_uri, join_path, open_store, resolve_uri
-
 from benchmarks.short_archive import write_short_archive
+from lychee_ray.config import load_config
+from lychee_ray.evaluate.job import run_evaluate
+from lychee_ray.ingest.job import run_ingest
+from lychee_ray.io.fs import child_uri, join_path, resolve_uri
+from lychee_ray.store.reader import open_store
 
 from .conftest import LOCOMO_PATH, REPO, requires_shared_data
 

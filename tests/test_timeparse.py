@@ -12,13 +12,13 @@ from datetime import date, datetime, timezone
 
 import pytest
 
-from lychee_ray.schemas import NormalizedTime
-from lychee_ray.timeparse import (
+from lychee_ray.dates import parse_source_datetime
+from lychee_ray.rules.timeparse import (
     find_time_expressions,
-    parse_source_datetime,
     resolve_question_window,
     to_normalized,
 )
+from lychee_ray.schemas import NormalizedTime
 
 # (text, anchor, (start, end, granularity)) - the first expression found in text.
 TABLE = [

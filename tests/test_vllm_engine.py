@@ -70,7 +70,7 @@ def vllm_counters(server) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def vllm_store(vllm_server, ray_local, tmp_path_factory):
-    from lychee_ray.pipeline import run_ingest
+    from lychee_ray.ingest.job import run_ingest
 
     tmp = tmp_path_factory.mktemp("vllm_store")
     cut = cut_locomo(LOCOMO_PATH, tmp / "cut.json", conversations=2, sessions=1)
@@ -82,7 +82,7 @@ def vllm_store(vllm_server, ray_local, tmp_path_factory):
 
 
 def test_ingest_against_vllm_writes_complete_tables_with_real_usage(vllm_store, vllm_server):
-    from lychee_ray.store import open_store
+    from lychee_ray.store.reader import open_store
 
     store, summary, delta = vllm_store
     assert summary.conversations == 2
@@ -119,7 +119,7 @@ def test_ingest_against_vllm_writes_complete_tables_with_real_usage(vllm_store, 
 
 
 def test_evaluate_against_vllm_parses_plans_and_answers(vllm_store, vllm_server, tmp_path):
-    from lychee_ray.evaluate import run_evaluate
+    from lychee_ray.evaluate.job import run_evaluate
 
     store, _, _ = vllm_store
     result = run_evaluate(vllm_cfg(vllm_server), str(store), str(tmp_path / "eval"))

@@ -12,7 +12,13 @@ from __future__ import annotations
 import pytest
 
 from tests.support.fake_openai import FakeOpenAIServer
-from tests.support.tiny_vllm import VLLMServer, build_tiny_model, start_vllm_server, vllm_available, vllm_python
+from tests.support.tiny_vllm import (
+    VLLMServer,
+    build_tiny_model,
+    start_vllm_server,
+    vllm_available,
+    vllm_python,
+)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ def locomo_dev_store(tmp_path_factory, ray_local) -> Path:
         return Path(prebuilt)
     if not LOCOMO_PATH.exists():
         pytest.skip(f"shared LoCoMo data not found at {LOCOMO_PATH}")
-    from lychee_ray.pipeline import run_ingest
+    from lychee_ray.ingest.job import run_ingest
 
     out = tmp_path_factory.mktemp("locomo-dev-store")
     summary = run_ingest(local_config(), str(LOCOMO_PATH), str(out))

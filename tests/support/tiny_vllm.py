@@ -31,7 +31,7 @@ from typing import Iterator
 
 import yaml
 
-from lychee_ray.serve import die_with_parent
+from lychee_ray.llm.serve import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_VLLM_PYTHON = str(REPO / ".venv-vllm" / "bin" / "python")

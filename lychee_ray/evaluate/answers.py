@@ -1,0 +1,134 @@
+"""The answers table: one row per question, committed under `<out>/answers/` as Parquet parts.
+
+A part is named by a hash of its question ids and written atomically through pyarrow.fs (a path
+or any URI). `answered_ids` reads the committed parts back, which is what lets a killed evaluation
+resume without re-asking anything; the ablation grid writes the same rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lychee_ray.evaluate.questions import QAItem
+from lychee_ray.io.fs import (
+    delete_quietly,
+    is_part_name,
+    is_temp_name,
+    join_path,
+    list_files,
+    resolve_uri,
+    write_atomic,
+)
+from lychee_ray.runtime.stage import unpack
+
+ANSWERS = "answers"  # the folder of answer parts under --out
+
+
+# --------------------------------------------------------------------------------------------
+# Answers table
+# --------------------------------------------------------------------------------------------
+ANSWERS_SCHEMA = pa.schema(
+    [
+        ("question_id", pa.string()),
+        ("conversation_id", pa.string()),
+        ("benchmark", pa.string()),
+        ("category", pa.string()),
+        ("question", pa.string()),
+        ("gold", pa.string()),
+        ("prediction", pa.string()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("llm_errors", pa.list_(pa.string())),
+        ("retrieved_record_ids", pa.list_(pa.string())),
+        ("retrieved_turn_ids", pa.list_(pa.string())),
+        ("evidence_turn_ids", pa.list_(pa.string())),
+        ("context_tokens", pa.int64()),
+        ("plan", pa.string()),
+        ("judge_label", pa.string()),
+        ("f1", pa.float64()),
+        ("bleu1", pa.float64()),
+        ("evidence_recall", pa.float64()),
+        ("recall_curve", pa.list_(pa.float64())),
+        ("naive_rag_recall", pa.float64()),
+        ("naive_rag_curve", pa.list_(pa.float64())),
+        ("naive_rag_f1", pa.float64()),
+        ("bm25_recall", pa.float64()),
+        ("bm25_curve", pa.list_(pa.float64())),
+        ("bm25_f1", pa.float64()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("plan_prompt_tokens", pa.int64()),
+        ("answer_prompt_tokens", pa.int64()),
+        ("judge_prompt_tokens", pa.int64()),
+        ("judge_completion_tokens", pa.int64()),
+        ("llm_calls", pa.int64()),
+    ]
+)
+
+
+def answer_row(item: QAItem) -> dict:
+    u = item.usage
+    row = {
+        "question_id": item.question_id,
+        "conversation_id": item.conversation_id,
+        "benchmark": item.benchmark,
+        "category": item.category,
+        "question": item.question,
+        "gold": item.gold,
+        "prediction": item.prediction,
+        "status": item.status,
+        "error": item.error,
+        "llm_errors": item.llm_errors,
+        "retrieved_record_ids": item.retrieved_record_ids,
+        "retrieved_turn_ids": item.retrieved_turn_ids,
+        "evidence_turn_ids": item.evidence_turn_ids,
+        "context_tokens": item.context_tokens,
+        "plan": item.plan_json,
+        "judge_label": item.judge_label,
+        "f1": item.f1,
+        "bleu1": item.bleu1,
+        "evidence_recall": item.evidence_recall,
+        "recall_curve": item.recall_curve,
+        "prompt_tokens": u["plan_prompt"] + u["answer_prompt"],
+        "completion_tokens": u["plan_completion"] + u["answer_completion"],
+        "plan_prompt_tokens": u["plan_prompt"],
+        "answer_prompt_tokens": u["answer_prompt"],
+        "judge_prompt_tokens": u["judge_prompt"],
+        "judge_completion_tokens": u["judge_completion"],
+        "llm_calls": u["llm_calls"],
+    }
+    for name in ("naive_rag", "bm25"):
+        b = item.baselines.get(name, {})
+        row[f"{name}_recall"] = b.get("recall")
+        row[f"{name}_curve"] = b.get("recall_curve")
+        row[f"{name}_f1"] = b.get("f1")
+    return row
+
+
+def write_answers(batch, out_dir: str):
+    """Commit one batch of answers as answers/part-<hash>.parquet under `out_dir` (a path or any
+    pyarrow.fs URI): temp file then rename, so a kill never leaves half a part."""
+    items: list[QAItem] = unpack(batch)
+    table = pa.Table.from_pylist([answer_row(i) for i in items], schema=ANSWERS_SCHEMA)
+    part = hashlib.sha1("|".join(sorted(i.question_id for i in items)).encode()).hexdigest()[:16]
+    fs, base = resolve_uri(out_dir)
+    folder = join_path(base, ANSWERS)
+    fs.create_dir(folder, recursive=True)
+    write_atomic(fs, join_path(folder, f"part-{part}.parquet"), lambda sink: pq.write_table(table, sink))
+    return {"question_id": np.array([i.question_id for i in items], dtype=object), "status": np.array([i.status for i in items], dtype=object)}
+
+
+def answered_ids(out_dir: str) -> set[str]:
+    """Question ids in the committed answer parts; deletes the temp files of a killed run."""
+    fs, base = resolve_uri(out_dir)
+    ids: set[str] = set()
+    for info in list_files(fs, join_path(base, ANSWERS)):
+        if is_temp_name(info.base_name):
+            delete_quietly(fs, info.path)
+        elif is_part_name(info.base_name):
+            ids.update(pq.read_table(info.path, columns=["question_id"], filesystem=fs).column("question_id").to_pylist())
+    return ids

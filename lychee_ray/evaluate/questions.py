@@ -1,0 +1,123 @@
+"""The questions to evaluate, and `QAItem`, the one object a question travels in through the
+stages (plan, evidence, prediction, scores, token usage).
+
+Questions come from the store's questions table or from a JSONL/Parquet file. Unanswerable ones
+(empty, unknown conversation, no records) become error rows before any stage runs, so the rest
+of the batch is evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+import pyarrow.parquet as pq
+
+from lychee_ray.config import LycheeConfig
+
+log = logging.getLogger(__name__)
+
+
+LOCOMO_NAMES = ("multi_hop", "temporal", "open_domain", "single_hop", "adversarial")
+
+
+@dataclass
+class QAItem:
+    """One question as it flows through the evaluation stages."""
+
+    conversation_id: str
+    question_id: str
+    question: str
+    gold: str
+    category: str
+    evidence_turn_ids: list[str]
+    question_date: str | None
+    benchmark: str = "generic"
+    status: str = "ok"
+    error: str | None = None
+    stats: dict = field(default_factory=dict)
+    plan_json: str | None = None
+    plan: object = None
+    evidence: list[tuple[str | None, str]] = field(default_factory=list)
+    retrieved_record_ids: list[str] = field(default_factory=list)
+    retrieved_turn_ids: list[str] = field(default_factory=list)
+    context_tokens: int = 0
+    recall_curve: list[float | None] = field(default_factory=list)
+    baselines: dict = field(default_factory=dict)  # name -> {"recall_curve", "turn_ids", "prediction"}
+    prediction: str = ""
+    judge_label: str | None = None
+    f1: float | None = None
+    bleu1: float | None = None
+    evidence_recall: float | None = None
+    usage: dict = field(default_factory=lambda: {k: 0 for k in ("plan_prompt", "plan_completion", "answer_prompt", "answer_completion", "judge_prompt", "judge_completion", "llm_calls")})
+    llm_errors: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# Questions
+# --------------------------------------------------------------------------------------------
+def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list[QAItem]:
+    """Questions from the store (default) or a JSONL/Parquet file with the questions columns."""
+    sources = dict(store.con.execute("select conversation_id, source from conversations").fetchall())
+    if questions_path:
+        rows = _read_question_file(questions_path)
+    else:
+        rows = [dict(zip(("conversation_id", "question_id", "question", "answer", "category", "evidence_turn_ids", "question_date"), r)) for r in store.con.execute(
+            "select conversation_id, question_id, question, answer, category, evidence_turn_ids, cast(question_date as varchar) from questions order by conversation_id, question_id"
+        ).fetchall()]
+    items = []
+    for r in rows:
+        cat = str(r.get("category") or "unknown")
+        if cat in LOCOMO_NAMES and cat not in cfg.evaluate.categories:
+            continue
+        source = sources.get(str(r.get("conversation_id")), "generic")
+        items.append(
+            QAItem(
+                conversation_id=str(r.get("conversation_id")),
+                question_id=str(r.get("question_id")),
+                question=str(r.get("question") or ""),
+                gold=str(r.get("answer") if r.get("answer") is not None else ""),
+                category=cat,
+                evidence_turn_ids=list(r.get("evidence_turn_ids") or []),
+                question_date=r.get("question_date"),
+                benchmark=source if source in ("locomo", "longmemeval") else "generic",
+            )
+        )
+    if cfg.evaluate.max_questions:
+        items = items[: cfg.evaluate.max_questions]
+    mark_unanswerable(store, items, questions_path or "the store's questions table")
+    return items
+
+
+def mark_unanswerable(store, items: list[QAItem], where: str) -> None:
+    """Questions that cannot be answered become error rows (one log line each) before any stage
+    runs, so the rest of the batch is evaluated: an empty question, a conversation the store
+    does not hold, a conversation without records."""
+    n_records = dict(store.con.execute("select conversation_id, count(*) from records group by 1").fetchall())
+    known = set(store.conversation_ids())
+    for it in items:
+        if not it.question.strip():
+            it.error = f"question {it.question_id} is empty"
+        elif it.conversation_id not in known:
+            it.error = f"question {it.question_id} names conversation {it.conversation_id!r}, which is not in the store"
+        elif not n_records.get(it.conversation_id):
+            it.error = f"question {it.question_id}: the store has no records for conversation {it.conversation_id!r}"
+        else:
+            continue
+        it.status = "error"
+        log.warning("%s: %s; recorded as an error row, the other questions go on", where, it.error)
+
+
+def _read_question_file(path: str) -> list[dict]:
+    if path.endswith(".parquet"):
+        return pq.read_table(path).to_pylist()
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    log.error("%s:%d: not valid JSON (%s); question skipped", path, lineno, exc.msg)
+    return rows

@@ -1,0 +1,178 @@
+"""Stage 3, encode: one LLM call per segment turns it into self-contained memory records.
+
+For segment k the call sees a stable instruction prefix (identical on every call, so vLLM's
+prefix cache serves it), then the reference context rho_k = (d_{k-1}; the m most recent
+records) truncated to a fixed token budget, then the segment's turns with ids, speakers and
+session times. It returns records plus the resolution state d_k, which becomes part of
+rho_{k+1}. Segments of one conversation are therefore encoded strictly in order; many
+conversations are in flight at once (see `lychee_ray.runtime.stage.AsyncStage`).
+
+A call that still fails after the client's retries and one repair gets `rules` records marked
+`degraded=true`; the failure is counted in build_stats and encoding goes on. Nothing is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from lychee_ray.config import LycheeConfig
+from lychee_ray.ingest.context import ReferenceContext
+from lychee_ray.llm.client import LLMClient, run_closing
+from lychee_ray.llm.prompts import encode_messages
+from lychee_ray.llm.schema import json_schema_for
+from lychee_ray.rules.encoder import RulesEncoder
+from lychee_ray.runtime.stage import AsyncStage
+from lychee_ray.schemas import (
+    Conversation,
+    EncodeOutput,
+    MemoryRecord,
+    Segment,
+    Turn,
+)
+from lychee_ray.tokens import count_tokens
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+def record_id(conversation_id: str, segment_id: str, index: int, text: str) -> str:
+    """Stable: the same conversation, segment, position and text give the same id on a rerun."""
+    return hashlib.sha1(f"{conversation_id}|{segment_id}|{index}|{text}".encode()).hexdigest()[:20]
+
+
+def to_memory_records(conv_id: str, seg: Segment, out: EncodeOutput, valid_turn_ids: list[str], backend: str, degraded: bool) -> list[MemoryRecord]:
+    valid = set(valid_turn_ids)
+    records = []
+    for i, r in enumerate(out.records):
+        sources = [t for t in r.source_turn_ids if t in valid] or list(valid_turn_ids)
+        records.append(
+            MemoryRecord(
+                record_id=record_id(conv_id, seg.segment_id, i, r.text),
+                segment_id=seg.segment_id,
+                type=r.type,
+                text=r.text,
+                entities=list(dict.fromkeys(r.entities)),
+                topics=list(dict.fromkeys(r.topics)),
+                time_start=r.time.start,
+                time_end=r.time.end,
+                time_granularity=r.time.granularity,
+                time_expression=r.time.expression,
+                source_turn_ids=sources,
+                backend=backend,
+                degraded=degraded,
+            )
+        )
+    return records
+
+
+def check_sources(valid_turn_ids: list[str]):
+    """Semantic validation beyond the schema: records must cite turns of this segment."""
+    valid = set(valid_turn_ids)
+
+    def validate(out: EncodeOutput) -> None:
+        for i, r in enumerate(out.records):
+            bad = [t for t in r.source_turn_ids if t not in valid]
+            if bad or not r.source_turn_ids:
+                raise ValueError(f"records[{i}].source_turn_ids must be non-empty and drawn from {sorted(valid)}; got {r.source_turn_ids}")
+            if not r.text.strip():
+                raise ValueError(f"records[{i}].text is empty")
+
+    return validate
+
+
+# --------------------------------------------------------------------------------------------
+# The stage
+# --------------------------------------------------------------------------------------------
+class EncodeStage(AsyncStage):
+    name = "encode"
+
+    def __init__(self, cfg: LycheeConfig):
+        self.cfg = cfg
+        self.max_in_flight = cfg.encoder.conversations_in_flight
+        self.rules = None
+        self.client = None
+
+    def setup(self) -> None:
+
+        self.rules = RulesEncoder()
+        if self.cfg.llm.backend == "openai":
+
+            self.client = LLMClient(self.cfg.llm)
+
+    def process_batch(self, convs: list[Conversation]) -> list[Conversation]:
+
+        return run_closing(self.process_batch_async(convs), self.client)
+
+    def work_estimate(self, conv: Conversation) -> float:
+        return len(conv.segments)  # one sequential call per segment
+
+    @property
+    def backend_label(self) -> str:
+        return "rules" if self.client is None else self.cfg.llm.model
+
+    async def process_async(self, conv: Conversation) -> None:
+        enc = self.cfg.encoder
+        ctx = ReferenceContext()
+        totals = dict(encode_units=len(conv.segments), llm_calls=0, llm_failures=0, degraded_segments=0, prompt_tokens=0, completion_tokens=0, cached_tokens=0, est_prompt_tokens=0, est_completion_tokens=0)
+        aliases: dict[str, str] = {}
+        conv.records = []
+        for seg in conv.segments:
+            turns = [conv.turns[i] for i in seg.turn_idxs]
+            use_ctx = ctx if enc.use_context else ReferenceContext()
+            out, degraded = await self._encode_segment(conv.conversation_id, seg, turns, use_ctx, totals)
+            conv.records.extend(
+                to_memory_records(conv.conversation_id, seg, out, [t.turn_id for t in turns], "rules" if degraded else self.backend_label, degraded)
+            )
+            for ent in out.state.entities:
+                for alias in ent.aliases:
+                    aliases[alias.lower()] = ent.name
+            ctx = ctx.advance(out, enc.context_records)
+        conv.stats.update(totals)
+        conv.stats["entity_aliases"] = aliases
+        conv.stats["backend"] = self.cfg.llm.backend
+        conv.stats["model"] = self.backend_label
+        conv.stats["encode_mode"] = enc.mode
+        if totals["degraded_segments"] and conv.status == "ok":
+            conv.status = "degraded"
+            conv.error = f"{totals['degraded_segments']} of {len(conv.segments)} segments fell back to rules records"
+
+    async def _encode_segment(self, conv_id: str, seg: Segment, turns: list[Turn], ctx: ReferenceContext, totals: dict) -> tuple[EncodeOutput, bool]:
+        enc = self.cfg.encoder
+        if self.client is None:
+            out = self._rules(turns, ctx)
+            if enc.estimate_tokens:
+                messages = encode_messages(ctx.render(enc.context_token_budget), turns, enc.summary_records)
+                totals["est_prompt_tokens"] += sum(count_tokens(m["content"]) for m in messages)
+                totals["est_completion_tokens"] += count_tokens(out.model_dump_json())
+            return out, False
+
+        turn_ids = [t.turn_id for t in turns]
+        messages = encode_messages(ctx.render(enc.context_token_budget), turns, enc.summary_records)
+        schema = json_schema_for(
+            EncodeOutput,
+            self.cfg.llm.schema_dialect,
+            enums={"source_turn_ids": turn_ids},
+            max_items={"records": 1 if enc.summary_records else enc.max_records_per_call, "*": enc.max_list_items},
+            max_length={"text": enc.max_record_chars, "*": enc.max_field_chars},
+        )
+        tag = f"{conv_id}/{seg.segment_id}"
+        result = await self.client.structured(
+            messages, EncodeOutput, schema=schema, max_tokens=enc.max_tokens, validate=check_sources(turn_ids), tag=tag
+        )
+        u = result.usage
+        totals["llm_calls"] += u.calls
+        totals["prompt_tokens"] += u.prompt_tokens
+        totals["completion_tokens"] += u.completion_tokens
+        totals["cached_tokens"] += u.cached_tokens
+        if result.parsed is not None:
+            return result.parsed, False
+        totals["llm_failures"] += 1
+        totals["degraded_segments"] += 1
+        log.warning("%s: encode failed (%s); using degraded rules records", tag, result.error)
+        return self._rules(turns, ctx), True
+
+    def _rules(self, turns: list[Turn], ctx: ReferenceContext) -> EncodeOutput:
+        return self.rules.encode(turns, ctx.state, ctx.recent, summary=self.cfg.encoder.summary_records)

@@ -1,0 +1,158 @@
+"""Stage 4, organize: evidence nodes derived from record metadata, with no LLM.
+
+Node kinds (DESIGN.md):
+- entity: a normalized name; aliases collected from the encoder's resolution states are merged
+  into the name they refer to ("Mel" -> "Melanie");
+- topic; entity_topic: an (entity, topic) pair that co-occurs in a record;
+- time: a day bucket (YYYY-MM-DD) and a month bucket (YYYY-MM) per normalized record time;
+- event_frame: a session plus a local window of turns, grouping what was said together.
+
+Every record links to its nodes through `record_nodes` edges. Records and node names are then
+embedded with the same model as turns, in one batched call per stage batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+from datetime import date, timedelta
+
+from lychee_ray.config import EmbeddingConfig, OrganizeConfig
+from lychee_ray.embedding import Embedder
+from lychee_ray.names import normalize_name
+from lychee_ray.runtime.stage import PASS_THROUGH, Stage, mark_failed
+from lychee_ray.schemas import Conversation, MemoryRecord
+
+MAX_DAY_SPAN = 14  # longer ranges get month nodes only: a day node per day would flood the index
+MAX_MONTH_SPAN = 24
+
+
+def node_id(conversation_id: str, kind: str, key: str) -> str:
+    return hashlib.sha1(f"{conversation_id}|{kind}|{key}".encode()).hexdigest()[:20]
+
+
+def _days(start: date, end: date) -> list[date]:
+    if end < start or (end - start).days > MAX_DAY_SPAN:
+        return [start] if (end - start).days > MAX_DAY_SPAN else []
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def _months(start: date, end: date) -> list[str]:
+    out, y, m = [], start.year, start.month
+    while (y, m) <= (end.year, end.month) and len(out) < MAX_MONTH_SPAN:
+        out.append(f"{y:04d}-{m:02d}")
+        y, m = (y + 1, 1) if m == 12 else (y, m + 1)
+    return out
+
+
+def time_keys(rec: MemoryRecord) -> list[str]:
+    if not rec.time_start:
+        return []
+    try:
+        start = date.fromisoformat(rec.time_start[:10])
+        end = date.fromisoformat(rec.time_end[:10]) if rec.time_end else start
+    except ValueError:
+        return []
+    keys = _months(start, max(start, end))
+    if rec.time_granularity in ("day", "week"):
+        keys += [d.isoformat() for d in _days(start, max(start, end))]
+    return keys
+
+
+def build_nodes(conv: Conversation, cfg: OrganizeConfig) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Nodes and record->node edges for one conversation (pure: reads records, writes nothing)."""
+    cid = conv.conversation_id
+    aliases: dict[str, str] = {k: normalize_name(v) for k, v in conv.stats.get("entity_aliases", {}).items()}
+    turn_pos = _turn_positions(conv)
+    members: dict[tuple[str, str], list[str]] = defaultdict(list)
+    display: dict[tuple[str, str], Counter] = defaultdict(Counter)
+
+    def link(kind: str, key: str, shown: str, rid: str):
+        members[(kind, key)].append(rid)
+        display[(kind, key)][shown] += 1
+
+    for rec in conv.records:
+        ents = []
+        for e in rec.entities:
+            key = aliases.get(normalize_name(e), normalize_name(e))
+            if key:
+                ents.append(key)
+                link("entity", key, e.strip(), rec.record_id)
+        topics = [normalize_name(t) for t in rec.topics if normalize_name(t)]
+        for t in topics:
+            link("topic", t, t, rec.record_id)
+        for e in dict.fromkeys(ents):
+            for t in dict.fromkeys(topics):
+                link("entity_topic", f"{e}|{t}", f"{e} / {t}", rec.record_id)
+        for key in time_keys(rec):
+            link("time", key, key, rec.record_id)
+        for frame in _frames(rec, turn_pos, cfg.event_frame_turns):
+            link("event_frame", frame, frame, rec.record_id)
+    return _materialize(cid, members, display, cfg)
+
+
+def _turn_positions(conv: Conversation) -> dict[str, tuple[str, int]]:
+    """turn_id -> (session_id, position within the session)."""
+    pos, counter = {}, Counter()
+    for t in conv.turns:
+        pos[t.turn_id] = (t.session_id, counter[t.session_id])
+        counter[t.session_id] += 1
+    return pos
+
+
+def _frames(rec: MemoryRecord, turn_pos: dict, window: int) -> list[str]:
+    frames = []
+    for tid in rec.source_turn_ids:
+        if tid in turn_pos:
+            session, k = turn_pos[tid]
+            lo = (k // window) * window
+            frames.append(f"{session} turns {lo + 1}-{lo + window}")
+    return list(dict.fromkeys(frames))
+
+
+def _materialize(cid, members, display, cfg: OrganizeConfig):
+    topic_rank = sorted((k for k in members if k[0] == "topic"), key=lambda k: (-len(members[k]), k[1]))
+    keep_topics = set(topic_rank[: cfg.max_topic_nodes])
+    nodes, edges = [], []
+    for (kind, key), rids in sorted(members.items()):
+        if kind == "topic" and (kind, key) not in keep_topics:
+            continue
+        if kind == "entity" and len(set(rids)) < cfg.min_entity_records:
+            continue
+        nid = node_id(cid, kind, key)
+        name = display[(kind, key)].most_common(1)[0][0]
+        unique = list(dict.fromkeys(rids))
+        nodes.append({"node_id": nid, "kind": kind, "name": name, "n_records": len(unique)})
+        edges.extend((rid, nid) for rid in unique)
+    return nodes, edges
+
+
+class OrganizeStage(Stage):
+    """Builds nodes per conversation, then embeds all record texts and node names of the batch
+    with one model (loaded once per actor)."""
+
+    name = "organize"
+
+    def __init__(self, cfg: OrganizeConfig, emb_cfg: EmbeddingConfig):
+        self.cfg, self.emb_cfg = cfg, emb_cfg
+        self.embedder: Embedder | None = None
+
+    def setup(self) -> None:
+        self.embedder = Embedder(self.emb_cfg)
+
+    def process(self, conv: Conversation) -> None:
+        conv.nodes, conv.record_nodes = build_nodes(conv, self.cfg)
+
+    def process_batch(self, convs):
+        convs = super().process_batch(convs)
+        live = [c for c in convs if c.status not in PASS_THROUGH]
+        groups = [[r.text for r in c.records] for c in live] + [[n["name"] for n in c.nodes] for c in live]
+        try:
+            vecs = self.embedder.encode_groups(groups)
+        except Exception as exc:
+            for c in live:
+                mark_failed(c, self.name, exc)
+            return convs
+        for c, rec_vecs, node_vecs in zip(live, vecs[: len(live)], vecs[len(live) :]):
+            c.record_embeddings, c.node_embeddings = rec_vecs, node_vecs
+        return convs

@@ -1,0 +1,49 @@
+"""Exchanges: the segmenter works on exchanges x_t, not raw turns; every reader groups them here.
+
+- `role` (LongMemEval, chat with roles): a user message plus the assistant replies that follow it.
+- `pair` (LoCoMo's default `read.locomo_exchange: pair`, and chat without roles): a run of turns
+  by one speaker plus the reply run of the other speaker, which is the closest analogue of a
+  user/assistant exchange and halves the number of units the segmenter scores.
+- `turn` (`read.locomo_exchange: turn`): each turn is an exchange.
+An exchange never crosses a session.
+"""
+
+from __future__ import annotations
+
+from lychee_ray.schemas import Turn
+
+
+# --------------------------------------------------------------------------------------------
+# Exchanges
+# --------------------------------------------------------------------------------------------
+def group_exchanges(turns: list[Turn], rule: str) -> list[list[int]]:
+    """Group turn indexes into exchanges; see the module docstring for the rules."""
+    exchanges: list[list[int]] = []
+    current: list[int] = []
+
+    def close():
+        nonlocal current
+        if current:
+            exchanges.append(current)
+            current = []
+
+    for i, t in enumerate(turns):
+        if current and turns[current[-1]].session_id != t.session_id:
+            close()
+        if rule == "turn":
+            close()
+        elif rule == "role":
+            # a new user message opens a new exchange; assistant replies join the open one
+            if current and t.role == "user" and turns[current[-1]].role != "user":
+                close()
+        else:  # pair: one speaker's run, then the other speaker's run
+            if current:
+                speakers = []
+                for j in current:
+                    if not speakers or speakers[-1] != turns[j].speaker:
+                        speakers.append(turns[j].speaker)
+                if len(speakers) == 2 and t.speaker != speakers[-1]:
+                    close()
+        current.append(i)
+    close()
+    return exchanges

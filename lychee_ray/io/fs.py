@@ -1,0 +1,103 @@
+"""Filesystem helpers: every path goes through pyarrow.fs, so ``s3://`` (or gs://, hdfs://)
+works like a local path.
+
+Also the atomic-write convention (write under a dot-prefixed temp name beside the target, then
+rename) and the names that tell a committed part from a killed writer's debris. Its own module
+because the store's writer and reader and evaluate's answers and report all share it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import pyarrow.fs as pafs
+
+TMP_MARK = ".tmp-"
+_PART_RE = re.compile(r"^part-[0-9a-f]+\.parquet$")
+
+
+# --------------------------------------------------------------------------------------------
+# Filesystem: everything goes through pyarrow.fs so s3:// (or gs://, hdfs://) works like a path.
+# Public because evaluate's answers and report use the same helpers.
+# --------------------------------------------------------------------------------------------
+def resolve_uri(uri: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path without trailing slash). A URI's query (``?endpoint_override=...``)
+    configures the filesystem and is not part of the path, so paths joined onto it stay clean."""
+    if filesystem is not None:
+        return filesystem, uri.rstrip("/")
+    if "://" not in uri:
+        uri = os.path.abspath(uri)  # from_uri only takes absolute local paths
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs, path.rstrip("/") or "/"
+
+
+def is_local(fs: pafs.FileSystem) -> bool:
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def join_path(*parts: str) -> str:
+    return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts))
+
+
+def child_uri(uri: str, name: str) -> str:
+    """`name` inside the folder `uri`, as the user would write it: a plain path stays a path and
+    a URI keeps its query after the new path (``s3://b/x?scheme=http`` -> ``s3://b/x/name?...``)."""
+    if "://" not in uri:
+        return os.path.join(uri, name)
+    head, sep, query = uri.partition("?")
+    return f"{head.rstrip('/')}/{name}{sep}{query}"
+
+
+def is_part_name(name: str) -> bool:
+    """A committed data file: `part-<hex>.parquet` (store tables and evaluate's answers)."""
+    return _PART_RE.match(name) is not None
+
+
+def is_temp_name(name: str) -> bool:
+    """A file `write_atomic` had not renamed yet: the debris of a killed writer."""
+    return name.startswith(".") and TMP_MARK in name
+
+
+def _tmp_path(path: str) -> str:
+    # Same folder (so the rename stays on one filesystem), dot-prefixed and not ending in
+    # .parquet/.json, so no reader glob and no commit ever matches a half-written file.
+    head, _, name = path.rpartition("/")
+    return f"{head}/.{name}{TMP_MARK}{uuid.uuid4().hex[:12]}"
+
+
+def _rename(fs: pafs.FileSystem, src: str, dst: str) -> None:
+    if is_local(fs):
+        os.replace(src, dst)  # atomic on POSIX, replaces an older version of the same part
+    else:
+        fs.move(src, dst)  # object stores: copy+delete; safe because the commit comes last
+
+
+def write_atomic(fs: pafs.FileSystem, path: str, write) -> None:
+    """`write(sink)` into a temp name beside `path`, then rename: a killed writer leaves no half
+    file at `path`, only debris that `is_temp_name` recognises."""
+    tmp = _tmp_path(path)
+    try:
+        with fs.open_output_stream(tmp) as sink:
+            write(sink)
+        _rename(fs, tmp, path)
+    except BaseException:
+        delete_quietly(fs, tmp)
+        raise
+
+
+def delete_quietly(fs: pafs.FileSystem, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except (FileNotFoundError, OSError):
+        pass
+
+
+
+
+
+
+def list_files(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
+    infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    return [i for i in infos if i.type == pafs.FileType.File]

@@ -1,0 +1,301 @@
+"""The LLM client of the `openai` backend: one structured-output call, made robust.
+
+The four LLM calls of the pipeline (segment encode, planner, answer, judge) all go through
+`LLMClient.structured`. It talks to any OpenAI-compatible endpoint (vLLM in production,
+OpenAI's own API, or the fake server of the tests) with `openai.AsyncOpenAI` and:
+
+- asks for JSON-schema structured output (`response_format` json_schema, strict), with a
+  schema made by `json_schema_for` from the pydantic reply model;
+- bounds the requests in flight per process (a semaphore per event loop), so one actor can
+  keep many conversations in flight without flooding the server;
+- leaves retries on 429/5xx/timeouts/connection errors to the openai client (exponential
+  backoff with jitter, honouring Retry-After);
+- parses leniently (`json.loads(strict=False)`: constrained decoding has produced raw control
+  characters inside strings), validates with pydantic and an optional semantic check, and on
+  failure re-asks the model `repair_retries` times with the exact error;
+- sums `usage` over every call it makes, repairs and failed ones included;
+- never raises for a model or server fault: it returns `LLMResult(parsed=None, error=...)` so
+  the caller can degrade (the encoder then writes rule-based fallback records).
+
+The API key is read from the environment variable that the config names and is never logged
+or put into an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import weakref
+from dataclasses import dataclass, fields
+from typing import Any, Callable
+
+import openai
+from pydantic import BaseModel, ValidationError
+
+from lychee_ray.config import LLMConfig
+from lychee_ray.llm.schema import json_schema_for
+
+log = logging.getLogger(__name__)
+_ERROR_CHARS = 400  # error strings end up in Parquet and logs; keep them short
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Usage:
+    """Token accounting of one or more calls.
+
+    `calls` counts chat-completion requests issued (repairs included; the openai client's own
+    transport retries are invisible and not counted); `failures` counts `structured()` results
+    that ended with no parsed reply.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    calls: int = 0
+    failures: int = 0
+
+    def add(self, other: "Usage") -> "Usage":
+        """In-place sum; returns self so it chains."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class LLMResult:
+    parsed: BaseModel | None  # an instance of the requested output model, or None on failure
+    usage: Usage
+    error: str | None  # short reason when parsed is None (the last one when repairs also failed)
+    raw: str | None  # text of the last reply, when there was one
+
+    @property
+    def ok(self) -> bool:
+        return self.parsed is not None
+
+
+# --------------------------------------------------------------------------------------------
+# The client
+# --------------------------------------------------------------------------------------------
+def run_closing(coro, client: "LLMClient | None"):
+    """asyncio.run(coro), closing the client's HTTP pool on that loop before the loop ends
+    (a pool collected after its loop closed logs "Event loop is closed" tracebacks)."""
+
+    async def main():
+        try:
+            return await coro
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    return asyncio.run(main())
+
+
+class LLMClient:
+    """Structured-output calls against one OpenAI-compatible endpoint (`llm.backend: openai`).
+
+    Build it where it is used (inside the Ray actor): the underlying HTTP client and the
+    concurrency semaphore belong to an event loop, so they are made lazily for the running loop
+    (and remade if a later call runs on another loop, e.g. successive `asyncio.run`s in tests).
+    """
+
+    def __init__(self, cfg: LLMConfig):
+        self.cfg = cfg
+        key = os.environ.get(cfg.api_key_env)
+        if not key:
+            if cfg.base_url is None:
+                raise ValueError(
+                    f"llm.backend=openai without llm.base_url needs an API key: set the environment "
+                    f"variable {cfg.api_key_env} (named by llm.api_key_env)"
+                )
+            key = "EMPTY"  # vLLM and other local servers accept any key
+        self._api_key = key
+        self._loop_ref: weakref.ref | None = None
+        self._client: openai.AsyncOpenAI | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"LLMClient(model={self.cfg.model!r}, base_url={self.cfg.base_url!r})"
+
+    def _bound(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        if self._loop_ref is None or self._loop_ref() is not loop:
+            self._client = openai.AsyncOpenAI(
+                api_key=self._api_key,
+                base_url=self.cfg.base_url,
+                timeout=self.cfg.timeout_s,
+                max_retries=self.cfg.max_retries,
+            )
+            self._semaphore = asyncio.Semaphore(self.cfg.max_in_flight)
+            self._loop_ref = weakref.ref(loop)
+        return self._client, self._semaphore
+
+    async def aclose(self) -> None:
+        """Close the HTTP client of the current loop (idempotent)."""
+        if self._client is not None and self._loop_ref is not None and self._loop_ref() is asyncio.get_running_loop():
+            await self._client.close()
+        self._client = self._semaphore = self._loop_ref = None
+
+    async def structured(
+        self,
+        messages: list[dict],
+        output_model: type[BaseModel],
+        *,
+        schema: dict | None = None,
+        max_tokens: int,
+        validate: Callable[[BaseModel], None] | None = None,
+        tag: str = "",
+    ) -> LLMResult:
+        """One structured reply of type `output_model`, repaired up to `cfg.repair_retries` times.
+
+        `validate` is a semantic check that raises ValueError (e.g. "source turn id X is not in
+        this segment"); its message is shown to the model in the repair call. Never raises for a
+        model or server fault: `parsed` is None and `error` says why.
+        """
+        if schema is None:
+            schema = json_schema_for(output_model, self.cfg.schema_dialect)
+        response_format = {
+            "type": "json_schema",
+            "json_schema": {"name": output_model.__name__, "schema": schema, "strict": True},
+        }
+        usage = Usage()
+        convo = list(messages)
+        raw: str | None = None
+        error = "no call made"
+        for attempt in range(1 + self.cfg.repair_retries):
+            reply = await self._complete(convo, response_format, max_tokens, usage, tag, attempt)
+            if reply.error is not None:  # transport/server fault: openai already retried it
+                error = reply.error
+                break
+            raw = reply.text
+            parsed, error = _parse(reply.text, reply.finish_reason, output_model, validate)
+            if parsed is not None:
+                if attempt:
+                    log.info("llm[%s] repaired on attempt %d", tag, attempt + 1)
+                return LLMResult(parsed=parsed, usage=usage, error=None, raw=raw)
+            log.warning("llm[%s] invalid reply (attempt %d): %s", tag, attempt + 1, error)
+            convo = list(messages) + _repair_messages(reply.text, error)
+        usage.failures += 1
+        log.warning("llm[%s] giving up: %s", tag, error)
+        return LLMResult(parsed=None, usage=usage, error=error, raw=raw)
+
+    async def _complete(
+        self, convo: list[dict], response_format: dict, max_tokens: int, usage: Usage, tag: str, attempt: int
+    ) -> "_Reply":
+        client, semaphore = self._bound()
+        usage.calls += 1
+        try:
+            async with semaphore:
+                resp = await client.chat.completions.create(
+                    model=self.cfg.model,
+                    messages=convo,
+                    response_format=response_format,
+                    max_completion_tokens=max_tokens,
+                    temperature=self.cfg.temperature,
+                    extra_body=self.cfg.extra_body or None,
+                )
+        except openai.OpenAIError as exc:
+            reason = self._redact(_describe_api_error(exc, self.cfg.max_retries))
+            log.warning("llm[%s] request failed (attempt %d): %s", tag, attempt + 1, reason)
+            return _Reply(text="", finish_reason=None, error=reason)
+        _add_usage(usage, getattr(resp, "usage", None))
+        choices = getattr(resp, "choices", None) or []
+        if not choices or choices[0].message is None:
+            return _Reply(text="", finish_reason=None, error="server returned no choices")
+        message = choices[0].message
+        if message.content is None:
+            refusal = getattr(message, "refusal", None)
+            return _Reply(text="", finish_reason=choices[0].finish_reason, error=f"no content (refusal: {refusal})"[:_ERROR_CHARS])
+        log.debug("llm[%s] attempt %d: finish=%s chars=%d", tag, attempt + 1, choices[0].finish_reason, len(message.content))
+        return _Reply(text=message.content, finish_reason=choices[0].finish_reason, error=None)
+
+    def _redact(self, text: str) -> str:
+        # A server may echo the key in an error body; it must not reach our logs or tables.
+        if self._api_key and self._api_key != "EMPTY":
+            text = text.replace(self._api_key, "***")
+        return text
+
+
+@dataclass
+class _Reply:
+    text: str
+    finish_reason: str | None
+    error: str | None
+
+
+def _add_usage(usage: Usage, raw_usage: Any) -> None:
+    if raw_usage is None:
+        return
+    usage.prompt_tokens += raw_usage.prompt_tokens or 0
+    usage.completion_tokens += raw_usage.completion_tokens or 0
+    details = getattr(raw_usage, "prompt_tokens_details", None)
+    if details is not None:
+        usage.cached_tokens += getattr(details, "cached_tokens", None) or 0
+
+
+def _parse(
+    text: str, finish_reason: str | None, output_model: type[BaseModel], validate: Callable[[BaseModel], None] | None
+) -> tuple[BaseModel | None, str]:
+    """(instance, "") or (None, the reason in words the repair prompt can show the model)."""
+    try:
+        data = json.loads(text, strict=False)
+    except json.JSONDecodeError as exc:
+        if finish_reason == "length":
+            return None, f"the reply was cut off at the token limit before the JSON was complete ({exc})"
+        return None, f"the reply is not valid JSON: {exc}"
+    try:
+        obj = output_model.model_validate(data)
+    except ValidationError as exc:
+        return None, _short_validation_error(exc)
+    if validate is not None:
+        try:
+            validate(obj)
+        except ValueError as exc:
+            return None, f"the reply is inconsistent with the input: {exc}"[:_ERROR_CHARS]
+    return obj, ""
+
+
+def _short_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        parts.append(f"{where}: {err['msg']}")
+    more = f" (+{exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+    return ("the JSON does not match the schema: " + "; ".join(parts) + more)[:_ERROR_CHARS]
+
+
+def _repair_messages(bad_reply: str, error: str) -> list[dict]:
+    return [
+        {"role": "assistant", "content": bad_reply},
+        {
+            "role": "user",
+            "content": (
+                f"Your previous reply could not be used: {error}. "
+                "Reply again with the corrected JSON object only: it must match the schema exactly, "
+                "with no text before or after it. Keep it short enough to finish."
+            ),
+        },
+    ]
+
+
+def _describe_api_error(exc: openai.OpenAIError, max_retries: int) -> str:
+    kind = type(exc).__name__
+    if isinstance(exc, openai.APITimeoutError):
+        return f"{kind}: request timed out (after {max_retries} retries)"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"{kind}: cannot reach the server (after {max_retries} retries)"
+    if isinstance(exc, openai.APIStatusError):
+        retried = f" (after {max_retries} retries)" if exc.status_code in (408, 409, 429) or exc.status_code >= 500 else ""
+        return f"{kind}: HTTP {exc.status_code}{retried}: {exc.message}"[:_ERROR_CHARS]
+    return f"{kind}: {exc}"[:_ERROR_CHARS]

@@ -1,0 +1,290 @@
+"""Stage 6a, retrieve: four deterministic channels per route, RRF fusion, optional rerank, and
+MMR selection under a context token budget.
+
+Channels (each a ranking of evidence keys within ONE conversation):
+- record_vector: records nearest to the route's query vector;
+- node: nodes matched by name (the route's entities/topics) or by vector, expanded to their
+  records, ranked by similarity to the query;
+- time: records whose normalized time (or source-turn time) overlaps the route's window;
+- turn: raw turns by vector and by BM25. A turn hit maps to the records that cite it; a turn
+  that no record covers is kept as raw evidence, so nothing said is unreachable.
+
+Evidence keys are `record_id`s, or `turn:<turn_id>` for raw turns. The math (RRF, MMR, budget)
+lives in `fusion.py`; this module only gathers candidates from the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lychee_ray.config import RetrievalConfig
+from lychee_ray.query.fusion import budget_topk, mmr_select, rrf_fuse
+from lychee_ray.schemas import QueryPlan, Route
+from lychee_ray.tokens import count_tokens
+
+TURN_PREFIX = "turn:"
+
+
+@dataclass
+class Evidence:
+    key: str
+    kind: str  # record | turn
+    text: str
+    type: str | None
+    time: str | None
+    source_turn_ids: list[str]
+    embedding: np.ndarray
+    tokens: int = 0
+    entities: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        meta = [self.type or "turn"]
+        if self.time:
+            meta.append(self.time)
+        meta.append("src " + ",".join(self.source_turn_ids[:4]))
+        return f"[{' | '.join(meta)}] {self.text}"
+
+
+@dataclass
+class Retrieval:
+    selected: list[Evidence]
+    rankings: dict[str, list[str]] = field(default_factory=dict)
+    fused: list[tuple[str, float]] = field(default_factory=list)
+    candidates: dict[str, Evidence] = field(default_factory=dict)
+
+    @property
+    def context_text(self) -> str:
+        return "\n".join(e.render() for e in self.selected)
+
+    @property
+    def context_tokens(self) -> int:
+        return sum(e.tokens for e in self.selected)
+
+    @property
+    def source_turn_ids(self) -> list[str]:
+        return list(dict.fromkeys(t for e in self.selected for t in e.source_turn_ids))
+
+
+@dataclass
+class WindowScope:
+    """The records and turns a time-windowed route may return."""
+
+    record_ids: set[str]
+    turn_ids: set[str]
+
+
+def _window(route: Route) -> tuple[str | None, str | None] | None:
+    tw = route.time_window
+    return (tw.start, tw.end) if tw and (tw.start or tw.end) else None
+
+
+def route_text(route: Route) -> str:
+    terms = " ".join(t for t in route.search_terms if t.lower() not in route.goal.lower())
+    return f"{route.goal} {terms}".strip()
+
+
+class Retriever:
+    """Runs the channels against an open `Store` for one question at a time."""
+
+    def __init__(self, store, cfg: RetrievalConfig, embed_fn, reranker=None):
+        self.store = store
+        self.cfg = cfg
+        self.embed = embed_fn  # list[str] -> np.ndarray of unit vectors
+        self.reranker = reranker
+
+    # ---- channels ---------------------------------------------------------------------------
+    def channel_rankings(self, conversation_id: str, plan: QueryPlan, qvecs: np.ndarray) -> tuple[dict[str, list[str]], dict[str, Evidence]]:
+        """One ranking of evidence keys per route x channel, named "r<route>:<channel>"."""
+        k = self.cfg.top_k_per_channel
+        rankings: dict[str, list[str]] = {}
+        pool: dict[str, Evidence] = {}
+        for r_idx, (route, qv) in enumerate(zip(plan.routes, qvecs)):
+            tag = f"r{r_idx}"
+            window = _window(route)
+            scope = self._window_scope(conversation_id, window) if window else None
+            if "record_vector" in self.cfg.channels:
+                where = {"record_id": sorted(scope.record_ids)} if scope else None
+                rows = self.store.vector_topk("records", conversation_id, qv, k, where=where)
+                rankings[f"{tag}:record_vector"] = self._add_records(rows, pool)
+            if "node" in self.cfg.channels:
+                rankings[f"{tag}:node"] = self._node_channel(conversation_id, route, qv, pool, k, scope)
+            if "time" in self.cfg.channels and window:
+                rows = self.store.records_in_window(conversation_id, *window)
+                rankings[f"{tag}:time"] = self._rank_by_vector(self._add_records(rows, pool), pool, qv)[:k]
+            if "turn" in self.cfg.channels:
+                where = {"turn_id": sorted(scope.turn_ids)} if scope else None
+                vec_turns = self.store.vector_topk("turns", conversation_id, qv, k, where=where)
+                bm25_turns = self.store.bm25_topk("turns", conversation_id, route_text(route), k if scope is None else 10**6)
+                if scope:
+                    bm25_turns = [t for t in bm25_turns if t["turn_id"] in scope.turn_ids][:k]
+                rankings[f"{tag}:turn_vector"] = self._map_turns(conversation_id, vec_turns, pool, scope)
+                rankings[f"{tag}:turn_bm25"] = self._map_turns(conversation_id, bm25_turns, pool, scope)
+        return {name: r for name, r in rankings.items() if r}, pool
+
+    def _window_scope(self, conversation_id: str, window: tuple[str | None, str | None]) -> "WindowScope | None":
+        """Under time_routes=filter, what a windowed route may return: the records
+        `records_in_window` gives and the turns said in the window. A window that holds nothing
+        in this conversation (a misparsed date, a question about an unmentioned time) is
+        ignored rather than emptying every channel."""
+        if self.cfg.time_routes != "filter":
+            return None
+        record_ids = {r["record_id"] for r in self.store.records_in_window(conversation_id, *window)}
+        turn_ids = {t["turn_id"] for t in self.store.turns_in_window(conversation_id, *window)}
+        if not record_ids and not turn_ids:
+            return None
+        return WindowScope(record_ids, turn_ids)
+
+    def _add_records(self, rows: list[dict], pool: dict[str, Evidence]) -> list[str]:
+        keys = []
+        for row in rows:
+            key = row["record_id"]
+            if key not in pool:
+                pool[key] = _record_evidence(row)
+            keys.append(key)
+        return keys
+
+    def _node_channel(self, conversation_id: str, route: Route, qv: np.ndarray, pool, k: int,
+                      scope: "WindowScope | None" = None) -> list[str]:
+        names = list(dict.fromkeys([*route.entities, *route.topics]))
+        matched = self.store.match_nodes(conversation_id, names) if names else []
+        by_vector = self.store.vector_topk("nodes", conversation_id, qv, self.cfg.max_node_matches)
+        node_ids = list(dict.fromkeys([n["node_id"] for n in matched] + [n["node_id"] for n in by_vector]))
+        node_ids = node_ids[: self.cfg.max_node_matches * 2]
+        if not node_ids:
+            return []
+        rows = self.store.node_records(conversation_id, node_ids)
+        if scope:
+            rows = [r for r in rows if r["record_id"] in scope.record_ids]
+        keys = self._add_records(rows, pool)
+        return self._rank_by_vector(list(dict.fromkeys(keys)), pool, qv)[:k]
+
+    def _map_turns(self, conversation_id: str, turn_rows: list[dict], pool,
+                   scope: "WindowScope | None" = None) -> list[str]:
+        """Turn hits -> the records citing them (in hit order); a turn no (in-scope) record
+        cites stays as raw-turn evidence."""
+        if not turn_rows:
+            return []
+        turn_ids = [t["turn_id"] for t in turn_rows]
+        covering: dict[str, list[dict]] = {}
+        for rec in self.store.records_for_turns(conversation_id, turn_ids):
+            if scope and rec["record_id"] not in scope.record_ids:
+                continue
+            for tid in rec["source_turn_ids"]:
+                covering.setdefault(tid, []).append(rec)
+        keys: list[str] = []
+        for t in turn_rows:
+            recs = covering.get(t["turn_id"], [])
+            if recs:
+                keys.extend(self._add_records(recs, pool))
+            else:
+                key = TURN_PREFIX + t["turn_id"]
+                pool.setdefault(key, _turn_evidence(t))
+                keys.append(key)
+        return list(dict.fromkeys(keys))
+
+    @staticmethod
+    def _rank_by_vector(keys: list[str], pool: dict[str, Evidence], qv: np.ndarray) -> list[str]:
+        if not keys:
+            return []
+        sims = np.stack([pool[k].embedding for k in keys]) @ qv
+        order = sorted(range(len(keys)), key=lambda i: (-sims[i], i))
+        return [keys[i] for i in order]
+
+    # ---- fusion and selection -----------------------------------------------------------------
+    def retrieve(self, conversation_id: str, plan: QueryPlan, question: str, budget: int | None = None) -> Retrieval:
+        budget = budget or self.cfg.context_token_budget
+        qvecs = self.embed([route_text(r) for r in plan.routes] or [question])
+        if not plan.routes:
+            plan = QueryPlan(routes=[Route(goal=question, search_terms=[], entities=[], topics=[], time_window=None)])
+        rankings, pool = self.channel_rankings(conversation_id, plan, qvecs)
+        fused = self.fuse(rankings)
+        if self.reranker is not None and fused:
+            fused = self.reranker.rerank(question, fused, pool)
+        result = Retrieval(selected=[], rankings=rankings, fused=fused, candidates=pool)
+        result.selected = self.select(fused, pool, qvecs[0], budget)
+        return result
+
+    def fuse(self, rankings: dict[str, list[str]]) -> list[tuple[str, float]]:
+        if not rankings:
+            return []
+        if self.cfg.fusion == "none":
+            # ablation: a single channel's plain top-k (the first channel that returned anything)
+            first = next(iter(rankings.values()))
+            return [(key, 1.0 / (rank + 1)) for rank, key in enumerate(first)]
+        return rrf_fuse(list(rankings.values()), self.cfg.rrf_kappa)
+
+    def select(self, fused: list[tuple[str, float]], pool: dict[str, Evidence], qv: np.ndarray, budget: int) -> list[Evidence]:
+        if not fused:
+            return []
+        items = [pool[k] for k, _ in fused]
+        for e in items:
+            if not e.tokens:
+                e.tokens = count_tokens(e.render()) + 1
+        costs = np.array([e.tokens for e in items])
+        if self.cfg.fusion == "none" or self.cfg.mmr_lambda >= 1.0:
+            chosen = budget_topk(list(range(len(items))), costs, budget)
+        else:
+            rel = np.array([s for _, s in fused], dtype=np.float64)
+            emb = np.stack([e.embedding for e in items])
+            chosen = mmr_select(rel, emb, costs, budget, self.cfg.mmr_lambda)
+        return [items[i] for i in chosen]
+
+
+def _as_vec(value) -> np.ndarray:
+    return np.asarray(value, dtype=np.float32)
+
+
+def _record_evidence(row: dict) -> Evidence:
+    time = row.get("time_start")
+    if time is not None and row.get("time_end") not in (None, time):
+        time = f"{time}..{row['time_end']}"
+    return Evidence(
+        key=row["record_id"],
+        kind="record",
+        text=row["text"],
+        type=row.get("type"),
+        time=str(time) if time is not None else None,
+        source_turn_ids=list(row.get("source_turn_ids") or []),
+        embedding=_as_vec(row["embedding"]),
+        entities=list(row.get("entities") or []),
+    )
+
+
+def _turn_evidence(row: dict) -> Evidence:
+    ts = row.get("timestamp")
+    return Evidence(
+        key=TURN_PREFIX + row["turn_id"],
+        kind="turn",
+        text=f"{row.get('speaker', '')}: {row['text']}",
+        type=None,
+        time=str(ts)[:10] if ts is not None else None,
+        source_turn_ids=[row["turn_id"]],
+        embedding=_as_vec(row["embedding"]),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Baselines: the same store, the same budget
+# --------------------------------------------------------------------------------------------
+def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: np.ndarray, budget: int, k: int = 200) -> list[Evidence]:
+    """naive_rag: top-k raw turns by vector; bm25: top-k raw turns by BM25; both cut to budget."""
+    if kind == "naive_rag":
+        rows = store.vector_topk("turns", conversation_id, qvec, k)
+    elif kind == "bm25":
+        rows = store.bm25_topk("turns", conversation_id, question, k)
+    else:
+        raise ValueError(f"unknown baseline {kind}")
+    items = [_turn_evidence(r) for r in rows]
+    for e in items:
+        e.tokens = count_tokens(e.render()) + 1
+    chosen = budget_topk(list(range(len(items))), np.array([e.tokens for e in items]), budget)
+    return [items[i] for i in chosen]
+
+
+def entity_names(store, conversation_id: str) -> list[str]:
+    rows = store.con.execute(
+        "select name from nodes where conversation_id = ? and kind = 'entity' order by n_records desc", [conversation_id]
+    ).fetchall()
+    return [r[0] for r in rows]

@@ -1,0 +1,186 @@
+"""Word lists of the rules backend: stopwords, fillers, entity stop words, the topic lexicon, verb
+forms for pronoun rewriting, record-type cues and question starters.
+
+Data only, kept apart from the code that uses it so that tuning a list touches no logic.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lychee_ray.dates import MONTH_NAMES
+
+# --------------------------------------------------------------------------------------------
+# Lexicons
+# --------------------------------------------------------------------------------------------
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are aren't as at be because been before
+    being below between both but by can can't cannot could couldn't did didn't do does doesn't doing
+    don't down during each few for from further had hadn't has hasn't have haven't having he he'd
+    he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm i've if in into
+    is isn't it it's its itself let's me more most mustn't my myself no nor not of off on once only
+    or other ought our ours ourselves out over own same shan't she she'd she'll she's should
+    shouldn't so some such than that that's the their theirs them themselves then there there's
+    these they they'd they'll they're they've this those through to too under until up very was
+    wasn't we we'd we'll we're we've were weren't what what's when when's where where's which while
+    who who's whom why why's with won't would wouldn't you you'd you'll you're you've your yours
+    yourself yourselves also just like get got gonna wanna really much many lot lots thing things
+    something anything everything stuff bit kind sort one ones even still yet ever always never
+    will shall may might must us im ive id dont cant didnt thats its youre whats lets
+    been way well back now then since""".split()
+)
+# Words that carry no memory on their own: greetings, reactions, discourse markers.
+FILLERS = frozenset(
+    """hey hi hello hiya yo howdy wow oh ah aw aww yeah yes yep yup yay nope ok okay sure thanks
+    thank thx ty cool great awesome amazing nice lol haha hahaha omg totally absolutely definitely
+    glad happy congrats congratulations sounds sound good fantastic wonderful incredible lovely sweet
+    true right agree exactly indeed hmm um uh man dude buddy pal bye see soon take care love
+    cheers hear fun super pretty stunning beautiful gorgeous cute woah whoa gosh wonder wish
+    appreciate appreciated means mean ya yea totes yes""".split()
+)
+GREETING_WORDS = frozenset("hey hi hello hiya yo howdy morning evening afternoon good there guys all everyone dear".split())
+ROLE_SPEAKERS = frozenset({"user", "assistant", "human", "system", "bot", "ai"})
+MONTH_WEEKDAY = frozenset(
+    [m.lower() for m in MONTH_NAMES]
+    + "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday".split()
+    + "mon tue tues wed thu thur thurs fri sat sun".split()
+)
+ENTITY_STOP = (
+    STOPWORDS
+    | FILLERS
+    | MONTH_WEEKDAY
+    | frozenset(
+        """i i'm i've i'd i'll mom dad mum mama papa grandma grandpa today yesterday tomorrow tonight
+        last next this week weekend month year summer winter spring fall autumn anyway btw by the way
+        guess maybe please sorry god gee yeah nah omg lol oh hey hi hello thanks thank wow let let's whenever
+        wherever sometimes think hope bet hang plus honestly luckily hopefully actually yep yup nope sure cool nice
+        great awesome aw sounds gotta haha congrats congratulations good bad best love miss glad happy proud ok
+        okay welcome cheers take keep check look remember enjoy dear totally definitely absolutely exactly seriously
+        wish home speaking talking wait ugh yay""".split()
+    )
+)
+
+# word -> topic. Small on purpose: topic nodes are only useful when many records share them.
+_TOPIC_WORDS: dict[str, tuple[str, ...]] = {
+    "art": ("art", "arts", "artist", "artwork", "paint", "painting", "paintings", "painted", "canvas", "drawing", "draw", "drew",
+            "sketch", "pottery", "sculpture", "portrait", "self-portrait", "gallery", "museum", "mural", "craft", "crafts", "ceramics"),
+    "music": ("music", "song", "songs", "sing", "singing", "band", "concert", "guitar", "piano", "violin", "album", "playlist",
+              "musician", "drums", "festival", "jazz", "rock", "rap", "choir"),
+    "books": ("book", "books", "novel", "novels", "read", "reading", "reader", "author", "library", "poem", "poetry", "story",
+              "stories", "writing", "writer", "wrote", "screenplay", "comic", "comics"),
+    "family": ("family", "fam", "kids", "kid", "children", "child", "son", "daughter", "husband", "wife", "mom", "dad", "mother",
+               "father", "parents", "parent", "brother", "sister", "siblings", "grandma", "grandpa", "baby", "mom's", "parenting",
+               "adopt", "adoption", "adopting", "adopted"),
+    "friends": ("friend", "friends", "friendship", "buddies", "gang", "bestie"),
+    "relationships": ("girlfriend", "boyfriend", "partner", "dating", "date", "married", "marriage", "wedding", "engaged",
+                      "breakup", "divorce", "relationship", "romance"),
+    "career": ("job", "jobs", "career", "work", "working", "boss", "office", "promotion", "company", "business", "startup",
+               "interview", "hired", "coworkers", "colleague", "colleagues", "project", "counselor", "counseling", "client",
+               "clients", "internship", "salary", "manager"),
+    "education": ("school", "college", "university", "class", "classes", "course", "courses", "student", "students", "study",
+                  "studying", "degree", "teacher", "exam", "exams", "homework", "lecture", "graduate", "graduation", "learn",
+                  "learning", "workshop", "mentor", "mentorship", "mentoring"),
+    "health": ("health", "doctor", "hospital", "sick", "illness", "injury", "hurt", "pain", "surgery", "medicine", "therapy",
+               "therapist", "diet", "allergic", "allergy", "accident", "recovery", "medical", "clinic"),
+    "mental health": ("stress", "stressed", "anxiety", "depression", "self-care", "mindfulness", "meditation", "meditate",
+                      "burnout", "wellbeing", "well-being"),
+    "fitness": ("gym", "workout", "exercise", "yoga", "running", "run", "ran", "marathon", "race", "hike", "hiking", "hiked",
+                "biking", "bike", "cycling", "swim", "swimming", "fitness", "training", "5k", "dance", "dancing"),
+    "sports": ("sport", "sports", "football", "soccer", "basketball", "baseball", "tennis", "golf", "hockey", "game", "team",
+               "match", "tournament", "league", "coach", "volleyball", "skateboarding", "surfing", "skiing"),
+    "travel": ("travel", "traveling", "travelling", "trip", "trips", "vacation", "holiday", "flight", "fly", "flew", "airport",
+               "hotel", "abroad", "tour", "road", "roadtrip", "road-trip", "visit", "visited", "visiting", "beach", "country",
+               "city", "passport"),
+    "nature": ("nature", "camping", "camp", "camped", "campfire", "outdoors", "park", "forest", "mountain", "mountains", "lake",
+               "river", "garden", "gardening", "flowers", "plants", "sunset", "sunrise", "ocean", "sea", "waterfall", "trail"),
+    "pets": ("pet", "pets", "dog", "dogs", "puppy", "cat", "cats", "kitten", "horse", "bird", "fish", "vet", "turtle", "turtles"),
+    "food": ("food", "cook", "cooking", "cooked", "recipe", "recipes", "bake", "baking", "baked", "dinner", "lunch", "breakfast",
+             "restaurant", "meal", "eat", "ate", "eating", "cake", "pizza", "coffee", "cookies", "vegan", "vegetarian", "sushi",
+             "chef", "kitchen"),
+    "lgbtq": ("lgbtq", "lgbtq+", "lgbt", "transgender", "trans", "queer", "gay", "lesbian", "pride", "bisexual",
+              "nonbinary", "non-binary", "transition", "coming-out"),
+    "community": ("community", "volunteer", "volunteering", "charity", "activist", "activism", "advocacy", "advocate",
+                  "support", "fundraiser", "nonprofit", "donate", "donation", "rights", "protest", "group", "council"),
+    "celebration": ("birthday", "party", "celebrate", "celebrated", "celebration", "anniversary", "christmas", "thanksgiving",
+                    "halloween", "holidays", "gift", "present", "parade"),
+    "home": ("home", "house", "apartment", "move", "moved", "moving", "rent", "neighborhood", "room", "decor", "furniture"),
+    "finance": ("money", "budget", "savings", "save", "invest", "investment", "bank", "loan", "debt", "bills", "expensive",
+                "price", "paid", "buy", "bought", "shopping", "purchase"),
+    "technology": ("computer", "laptop", "phone", "software", "app", "apps", "coding", "code", "programming", "tech", "website",
+                   "internet", "ai", "robot", "gadget", "online"),
+    "games": ("gaming", "video", "videogame", "videogames", "console", "playstation", "xbox", "nintendo", "chess", "board",
+              "puzzle", "tournament"),
+    "movies": ("movie", "movies", "film", "films", "cinema", "show", "series", "tv", "netflix", "actor", "actress", "theater",
+               "theatre", "play"),
+    "religion": ("church", "faith", "religion", "religious", "pray", "prayer", "god", "spiritual", "temple", "mosque"),
+    "cars": ("car", "cars", "drive", "driving", "truck", "vehicle", "motorcycle", "engine"),
+    "fashion": ("clothes", "dress", "outfit", "fashion", "shoes", "jewelry", "necklace", "makeup", "hair"),
+    "photography": ("photo", "photos", "picture", "pictures", "pic", "pics", "camera", "photography", "selfie"),
+}
+TOPIC_BIGRAMS = {
+    "mental health": "mental health", "support group": "community", "pride parade": "lgbtq", "road trip": "travel",
+    "video game": "games", "video games": "games", "board game": "games", "board games": "games",
+}  # fmt: skip
+TOPIC_LEXICON: dict[str, str] = {w: topic for topic, words in _TOPIC_WORDS.items() for w in words}
+ADVERBS = r"really|also|just|still|always|never|actually|totally|definitely|usually|often|sometimes|even|finally|truly|absolutely|kinda|already|recently|only|mostly|honestly|seriously|personally"
+CONJ_OK = frozenset(
+    "and but so because cause that when whenever wherever if as since while then now though although where who what how why until once think "
+    "guess hope know believe feel bet said say mean maybe and".split()
+)
+PRESENT_VERBS = frozenset(
+    """love like think want need feel know hope enjoy prefer hate mean guess believe play work live go try make take get see
+    find use keep plan miss wish remember agree understand appreciate say wonder admire adore run paint read write cook
+    teach learn volunteer care worry struggle look sound seem bet imagine hear realize practice train dream own owe visit
+    tend usually always""".split()
+)
+BE_HAVE_DO = {"am": "is", "are": "is", "were": "was", "have": "has", "haven't": "hasn't", "do": "does", "don't": "doesn't",
+               "aren't": "isn't", "weren't": "wasn't"}  # fmt: skip
+CONTRACTION = {"m": "is", "re": "is", "ve": "has", "d": "would", "ll": "will"}
+
+TYPE_RULES: tuple[tuple[str, re.Pattern], ...] = (
+    ("failure_pattern", re.compile(
+        r"\b(?:fail(?:ed|s|ing|ure)?|didn't work|did not work|doesn't work|does not work|won't work|stopped working|broke|broken"
+        r"|crash(?:ed|es)?|error|went wrong|messed up|bug(?:gy)?|glitch)\b", re.I)),
+    ("procedure", re.compile(
+        r"\b(?:how to|step by step|steps?\b|instructions?|recipe|tutorial|first\b.{1,80}\bthen\b|the trick is|the key is)", re.I)),
+    ("tool_affordance", re.compile(
+        r"\b(?:tools?|apps?|software|plugin|extension|website|app lets|lets (?:you|me|us)|allows (?:you|me|us)"
+        r"|can use \w+(?: \w+)? to|use[sd]? (?:\w+ ){0,3}to (?:track|find|plan|make|edit|learn|record|organize|manage|keep))\b", re.I)),
+    ("constraint", re.compile(
+        r"\b(?:can't(?! (?:wait|believe|imagine|thank|stop|help|express|get enough|tell))|cannot|can not|must(?:n't)?|allergic|allergy"
+        r"|intolerant|not allowed|never (?:eat|drink|use|go|fly|drive|touch|skip)|only (?:eat|drink|use|wear|buy|work|take)"
+        r"|have to|has to|avoid(?:s|ing)?|deadline|no later than)\b", re.I)),
+    ("preference", re.compile(
+        r"(?:\b(?:i|we|they|he|she|kids|really|also|just|so|absolutely|totally|always|still|'d|would|don't|do)\s+(?:really\s+)?"
+        r"(?:love|like|enjoy|prefer|hate|adore|dislike)\b|\b(?:loves|likes|enjoys|prefers|hates|adores|dislikes|favou?rites?"
+        r"|fan of|passionate about|into (?:\w+ing)|obsessed with)\b|(?:^|[,.!?]\s+)(?:love|loving|adore)\b)", re.I)),
+)
+IRREGULAR_PAST = frozenset(
+    """went did got made took saw met had ran came gave found bought brought began drew drove ate fell felt flew forgot held
+    kept knew led left lost meant paid put read rode rose sang sat sent set shot showed sold spent spoke stood stole swam
+    taught thought threw told understood woke won wore wrote heard became built caught chose dug fed fought hid hit hung
+    hurt let lit quit shook slept slid split spun sprang struck swore swept swung tore""".split()
+)
+ED_NOT_PAST = frozenset(
+    """excited interested tired scared worried amazed blessed inspired thrilled stoked pumped bored married related
+    talented beloved needed indeed bed red shed wed seed feed speed proceed exceed succeed united limited based
+    supposed used detailed advanced""".split()
+)
+ED_ADJ_CUES = frozenset(
+    "is am are was were be been being so very really too feel feels felt feeling get gets got getting i'm it's that's super pretty totally im kinda quite".split()
+)
+
+
+NOT_TOPICS = frozenset(
+    """talk chat chatted chatting tell told stay doing done start started help helps helped lots difference long
+    important tough wait positive later adorable proud special hard easy big small new old little best better worse
+    give make time together everyone people idea blast moment challenge happiness lucky huge whole true real sure
+    probably able worth tiny cozy crazy wild awesome amazing glad right left kind mind minds thing ways work
+    experience word words forward around busy check luck favorite""".split()
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Planner
+# --------------------------------------------------------------------------------------------
+QUESTION_STARTERS = frozenset("what when where who whom whose which why how did does do is are was were has have had can could would should will".split())

@@ -1,0 +1,266 @@
+"""Conversation -> rows: the pure mapping from one processed `Conversation` to its rows in every
+table, and from rows to Arrow tables with exactly the store's schemas.
+
+No I/O, so it is tested without writing files. A timestamp or date that does not parse becomes
+NULL plus an `errors` row; embeddings go into Arrow in one bulk copy of a flat float32 buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lychee_ray.dates import parse_iso_date, parse_iso_timestamp
+from lychee_ray.schemas import Conversation, table_schemas
+
+
+# --------------------------------------------------------------------------------------------
+# Rows: Conversation -> one list of row dicts per table (pure)
+# --------------------------------------------------------------------------------------------
+def _error_row(conv: Conversation, field_name: str, kind: str, message: str) -> dict:
+    return {
+        "conversation_id": conv.conversation_id,
+        "source_file": conv.source_file,
+        "line": None,
+        "field": field_name,
+        "kind": kind,
+        "message": message,
+    }
+
+
+def _parse_timestamp(value, conv: Conversation, field_name: str, problems: list[dict]):
+    """ISO 8601 -> naive UTC datetime (schema: timestamp[s]); unparsable -> None + an errors row."""
+    if value is None or value == "":
+        return None
+    ts = parse_iso_timestamp(value)
+    if ts is None:
+        problems.append(_error_row(conv, field_name, "bad_timestamp", f"not ISO 8601: {value!r}"))
+    return ts
+
+
+def _parse_date(value, conv: Conversation, field_name: str, problems: list[dict], end: bool):
+    """ISO date -> date. 'YYYY-MM' / 'YYYY' widen to the first (start) or last (end) day."""
+    if value is None or value == "":
+        return None
+    d = parse_iso_date(value, end=end)
+    if d is None:
+        problems.append(_error_row(conv, field_name, "bad_date", f"not an ISO date: {value!r}"))
+    return d
+
+
+def _embedding_matrix(value, n_rows: int, dim: int, what: str, cid: str) -> np.ndarray | None:
+    if value is None:
+        return None
+    mat = np.asarray(value, dtype=np.float32)
+    if mat.ndim != 2 or mat.shape != (n_rows, dim):
+        raise ValueError(
+            f"conversation {cid!r}: {what} has shape {mat.shape}, expected ({n_rows}, {dim})"
+        )
+    return mat
+
+
+def _vec(mat: np.ndarray | None, i: int):
+    return None if mat is None else mat[i]  # a view: the table builder copies once, in bulk
+
+
+def _turn_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dict]:
+    cid = conv.conversation_id
+    emb = _embedding_matrix(conv.turn_embeddings, len(conv.turns), dim, "turn_embeddings", cid)
+    exchange_of = {t: x for x, idxs in enumerate(conv.exchanges) for t in idxs}
+    segment_of = {t: s.segment_id for s in conv.segments for t in s.turn_idxs}
+    rows = []
+    for pos, turn in enumerate(conv.turns):
+        rows.append(
+            {
+                "conversation_id": cid,
+                "turn_id": turn.turn_id,
+                "turn_idx": turn.turn_idx,
+                "exchange_idx": exchange_of.get(pos),
+                "session_id": turn.session_id,
+                "speaker": turn.speaker,
+                "role": turn.role,
+                "text": turn.text,
+                "timestamp": _parse_timestamp(turn.timestamp, conv, f"turns[{pos}].timestamp", problems),
+                "has_answer": turn.has_answer,
+                "segment_id": segment_of.get(pos),
+                "embedding": _vec(emb, pos),
+            }
+        )
+    return rows
+
+
+def _segment_rows(conv: Conversation) -> list[dict]:
+    rows = []
+    for seg in conv.segments:
+        idxs = list(seg.turn_idxs)
+        rows.append(
+            {
+                "conversation_id": conv.conversation_id,
+                "segment_id": seg.segment_id,
+                "segment_idx": seg.segment_idx,
+                "turn_ids": [conv.turns[i].turn_id for i in idxs],
+                "start_idx": idxs[0] if idxs else None,
+                "end_idx": idxs[-1] if idxs else None,
+                "n_exchanges": len(seg.exchange_idxs),
+                "n_tokens": seg.n_tokens,
+                "boundary_p": seg.boundary_p,
+                "boundary_reason": seg.boundary_reason,
+            }
+        )
+    return rows
+
+
+def _record_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dict]:
+    cid = conv.conversation_id
+    emb = _embedding_matrix(conv.record_embeddings, len(conv.records), dim, "record_embeddings", cid)
+    rows = []
+    for i, rec in enumerate(conv.records):
+        where = f"records[{i}]"
+        rows.append(
+            {
+                "conversation_id": cid,
+                "record_id": rec.record_id,
+                "segment_id": rec.segment_id,
+                "type": rec.type,
+                "text": rec.text,
+                "entities": list(rec.entities),
+                "topics": list(rec.topics),
+                "time_start": _parse_date(rec.time_start, conv, f"{where}.time_start", problems, end=False),
+                "time_end": _parse_date(rec.time_end, conv, f"{where}.time_end", problems, end=True),
+                "time_granularity": rec.time_granularity,
+                "time_expression": rec.time_expression,
+                "source_turn_ids": list(rec.source_turn_ids),
+                "backend": rec.backend,
+                "degraded": bool(rec.degraded),
+                "embedding": _vec(emb, i),
+            }
+        )
+    return rows
+
+
+def _node_rows(conv: Conversation, dim: int) -> list[dict]:
+    cid = conv.conversation_id
+    emb = _embedding_matrix(conv.node_embeddings, len(conv.nodes), dim, "node_embeddings", cid)
+    return [
+        {
+            "conversation_id": cid,
+            "node_id": node["node_id"],
+            "kind": node["kind"],
+            "name": node["name"],
+            "n_records": node.get("n_records"),
+            "embedding": _vec(emb, i),
+        }
+        for i, node in enumerate(conv.nodes)
+    ]
+
+
+def _stats_row(conv: Conversation, schema: pa.Schema) -> dict:
+    row = {"conversation_id": conv.conversation_id}
+    for f in schema:
+        if f.name == "conversation_id":
+            continue
+        value = conv.stats.get(f.name)
+        if pa.types.is_integer(f.type):
+            row[f.name] = int(value or 0)
+        elif pa.types.is_floating(f.type):
+            row[f.name] = float(value or 0.0)
+        else:
+            row[f.name] = None if value is None else str(value)
+    return row
+
+
+def _question_rows(conv: Conversation, problems: list[dict]) -> list[dict]:
+    return [
+        {
+            # the conversation's id, not the question's copy: rows must sort with their conversation
+            "conversation_id": conv.conversation_id,
+            "question_id": q.question_id,
+            "question": q.question,
+            "answer": None if q.answer is None else str(q.answer),
+            "category": q.category,
+            "evidence_turn_ids": list(q.evidence_turn_ids),
+            "question_date": _parse_timestamp(
+                q.question_date, conv, f"questions[{i}].question_date", problems
+            ),
+        }
+        for i, q in enumerate(conv.questions)
+    ]
+
+
+def _errors_rows(conv: Conversation, problems: list[dict], schema: pa.Schema) -> list[dict]:
+    defaults = {"conversation_id": conv.conversation_id, "source_file": conv.source_file}
+    rows = []
+    for err in list(conv.stats.get("errors", [])) + problems:
+        rows.append({f.name: err[f.name] if f.name in err else defaults.get(f.name) for f in schema})
+    return rows
+
+
+def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
+    """All rows one conversation contributes, per table. Embedding cells are numpy row views.
+
+    A timestamp or date that does not parse becomes NULL plus an `errors` row (kind bad_timestamp /
+    bad_date), so the conversation is still stored and the problem is not lost.
+    """
+    schemas = table_schemas(dim)
+    problems: list[dict] = []
+    turns = _turn_rows(conv, dim, problems)
+    records = _record_rows(conv, dim, problems)
+    questions = _question_rows(conv, problems)
+    sessions = {t.session_id for t in conv.turns}
+    return {
+        "conversations": [
+            {
+                "conversation_id": conv.conversation_id,
+                "source": conv.source,
+                "source_file": conv.source_file,
+                # a duplicate's turns are not ingested; its row still says how many it held
+                "n_turns": conv.stats.get("n_input_turns", len(conv.turns)),
+                "n_sessions": len(sessions),
+                "n_exchanges": len(conv.exchanges),
+                "n_segments": len(conv.segments),
+                "n_records": len(conv.records),
+                "status": conv.status,
+                "error": conv.error,
+            }
+        ],
+        "turns": turns,
+        "segments": _segment_rows(conv),
+        "records": records,
+        "nodes": _node_rows(conv, dim),
+        "record_nodes": [
+            {"conversation_id": conv.conversation_id, "record_id": r, "node_id": n}
+            for r, n in conv.record_nodes
+        ],
+        "build_stats": [_stats_row(conv, schemas["build_stats"])],
+        "questions": questions,
+        "errors": _errors_rows(conv, problems, schemas["errors"]),
+    }
+
+
+def _embedding_array(vectors: Sequence, dim: int) -> pa.FixedSizeListArray:
+    """FixedSizeList<float32>[dim] from one flat float32 buffer (no per-element Python objects)."""
+    n = len(vectors)
+    missing = np.fromiter((v is None for v in vectors), dtype=bool, count=n)
+    if not missing.any():
+        flat = np.stack(vectors).astype(np.float32, copy=False).reshape(-1) if n else np.zeros(0, np.float32)
+        return pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float32()), dim)
+    mat = np.zeros((n, dim), dtype=np.float32)
+    for i in np.flatnonzero(~missing):
+        mat[i] = vectors[i]
+    return pa.FixedSizeListArray.from_arrays(
+        pa.array(mat.reshape(-1), type=pa.float32()), dim, mask=pa.array(missing)
+    )
+
+
+def rows_to_table(table: str, rows: list[dict], dim: int) -> pa.Table:
+    """Rows -> Arrow table with exactly the schema of `table_schemas(dim)[table]`."""
+    schema = table_schemas(dim)[table]
+    arrays = []
+    for f in schema:
+        if f.name == "embedding":
+            arrays.append(_embedding_array([r["embedding"] for r in rows], dim))
+        else:
+            arrays.append(pa.array([r.get(f.name) for r in rows], type=f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -1,0 +1,253 @@
+"""Writing a store: batches of processed conversations -> one Parquet part per table, then a
+commit marker; plus the driver's `prepare_output` (before a run) and `finalize_manifest` (after).
+
+Writes are idempotent and resumable:
+- `batch_id` is a hash of the batch's sorted conversation ids, so a rerun of a batch overwrites
+  the same file names; ids never appear in paths.
+- Every file is written under a dot-prefixed temp name in its folder and renamed into place. The
+  commit marker is written last, so a batch without one never happened: readers only see files
+  that a commit lists, and `prepare_output` deletes the rest.
+- If a conversation is committed by more than one batch (it was redone, e.g. after an error), the
+  newest commit wins and the older batch's rows of that conversation are filtered out of the views.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from lychee_ray.config import LycheeConfig
+from lychee_ray.io.fs import (
+    is_part_name,
+    is_temp_name,
+    join_path,
+    list_files,
+    resolve_uri,
+    write_atomic,
+)
+from lychee_ray.schemas import (
+    INGEST_TABLES,
+    SCHEMA_VERSION,
+    Conversation,
+    table_schemas,
+)
+from lychee_ray.store.manifest import (
+    COMMITS,
+    MANIFEST,
+    StoreError,
+    check_manifest,
+    committed_view,
+    load_commits,
+    new_manifest,
+    now,
+    read_json,
+    write_json,
+)
+from lychee_ray.store.reader import open_store
+from lychee_ray.store.rows import conversation_rows, rows_to_table
+
+log = logging.getLogger(__name__)
+
+
+
+def batch_id_for(conversation_ids: Iterable[str]) -> str:
+    """Stable name of a batch: the same conversations give the same files on a rerun."""
+    blob = "\x1f".join(sorted(conversation_ids)).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+class StoreWriter:
+    """Writes batches of processed conversations; one instance per Ray worker (picklable)."""
+
+    def __init__(self, out_dir: str, cfg: LycheeConfig, filesystem: pafs.FileSystem | None = None):
+        self.out_dir = out_dir
+        self.cfg = cfg
+        self.dim = cfg.embedding.dim
+        self._filesystem = filesystem
+        self._fs: pafs.FileSystem | None = None
+        self._base = ""
+
+    def _paths(self) -> tuple[pafs.FileSystem, str]:
+        if self._fs is None:  # lazily, so the writer pickles as plain config into Ray workers
+            self._fs, self._base = resolve_uri(self.out_dir, self._filesystem)
+        return self._fs, self._base
+
+    def write_batch(self, convs: list[Conversation]) -> list[dict]:
+        """Write one Parquet file per non-empty table, then the commit marker; return summaries."""
+        if not convs:
+            return []
+        convs = sorted(convs, key=lambda c: c.conversation_id)
+        ids = [c.conversation_id for c in convs]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"batch holds conversation {dup!r} more than once")
+        batch_id = batch_id_for(ids)
+        per_table: dict[str, list[dict]] = {t: [] for t in INGEST_TABLES}
+        for conv in convs:
+            for table, rows in conversation_rows(conv, self.dim).items():
+                per_table[table].extend(rows)
+        files = {}
+        for table in INGEST_TABLES:
+            if per_table[table]:
+                files[table] = self._write_table(table, batch_id, per_table[table])
+        self._write_commit(batch_id, [(c.conversation_id, c.status) for c in convs], files)
+        return [_summary(c) for c in convs]
+
+    def write_tables(self, tables: dict[str, pa.Table], statuses: dict[str, str]) -> str:
+        """Commit already-built Arrow tables (exact table schemas) as one batch of the
+        conversations in `statuses` ({conversation_id: status}); rows are sorted by
+        conversation_id as `write_batch` writes them. For tools that copy or relabel stored
+        rows (benchmarks/bench_store.py) without rebuilding Conversation objects."""
+        ids = sorted(statuses)
+        batch_id = batch_id_for(ids)
+        schemas = table_schemas(self.dim)
+        fs, base = self._paths()
+        files = {}
+        for table in INGEST_TABLES:
+            data = tables.get(table)
+            if data is None or data.num_rows == 0:
+                continue
+            data = data.cast(schemas[table]).sort_by("conversation_id")
+            rel = f"{table}/part-{batch_id}.parquet"
+            fs.create_dir(join_path(base, table), recursive=True)
+            write_atomic(fs, join_path(base, rel), lambda sink, d=data: self._write_parquet(d, sink))
+            files[table] = {"path": rel, "rows": data.num_rows}
+        self._write_commit(batch_id, [(cid, statuses[cid]) for cid in ids], files)
+        return batch_id
+
+    def _write_table(self, table: str, batch_id: str, rows: list[dict]) -> dict:
+        fs, base = self._paths()
+        data = rows_to_table(table, rows, self.dim)
+        rel = f"{table}/part-{batch_id}.parquet"
+        fs.create_dir(join_path(base, table), recursive=True)
+        write_atomic(fs, join_path(base, rel), lambda sink: self._write_parquet(data, sink))
+        return {"path": rel, "rows": data.num_rows}
+
+    def _write_parquet(self, data: pa.Table, sink) -> None:
+        plain = [f.name for f in data.schema if f.name != "embedding"]
+        has_emb = "embedding" in data.schema.names
+        pq.write_table(
+            data,
+            sink,
+            row_group_size=self.cfg.store.row_group_rows,
+            compression=self.cfg.store.compression,
+            # Statistics on ids/dates let DuckDB skip row groups; on 384 floats they are noise.
+            write_statistics=plain,
+            use_dictionary=plain,
+            # ~15% smaller float columns under zstd, and faster to write (measured on unit vectors).
+            use_byte_stream_split=["embedding.list.element"] if has_emb else False,
+        )
+
+    def _write_commit(self, batch_id: str, convs: list[tuple[str, str]], files: dict) -> None:
+        fs, base = self._paths()
+        commit = {
+            "batch_id": batch_id,
+            "schema_version": SCHEMA_VERSION,
+            "build_hash": self.cfg.build_hash(),
+            "committed_at": now(),
+            "conversations": [{"conversation_id": cid, "status": status} for cid, status in convs],
+            "files": files,
+        }
+        fs.create_dir(join_path(base, COMMITS), recursive=True)
+        write_json(fs, join_path(base, COMMITS, f"{batch_id}.json"), commit)
+
+
+def _summary(conv: Conversation) -> dict:
+    stats = conv.stats
+    return {
+        "conversation_id": conv.conversation_id,
+        "status": conv.status,
+        "n_turns": len(conv.turns),
+        "n_segments": len(conv.segments),
+        "n_records": len(conv.records),
+        "llm_calls": int(stats.get("llm_calls") or 0),
+        "prompt_tokens": int(stats.get("prompt_tokens") or 0),
+        "completion_tokens": int(stats.get("completion_tokens") or 0),
+    }
+
+
+def _remove_orphans(fs: pafs.FileSystem, base: str, referenced: set[str]) -> int:
+    """Delete table parts no commit lists (a killed run) and temp files; only our own names."""
+    removed = 0
+    for table in INGEST_TABLES:
+        for info in list_files(fs, join_path(base, table)):
+            name = info.base_name
+            ours = is_part_name(name) or is_temp_name(name)
+            if ours and f"{table}/{name}" not in referenced:
+                fs.delete_file(info.path)
+                removed += 1
+    for folder in (join_path(base, COMMITS), base):
+        for info in list_files(fs, folder):
+            if is_temp_name(info.base_name):
+                fs.delete_file(info.path)
+                removed += 1
+    return removed
+
+
+def prepare_output(
+    out_dir: str,
+    cfg: LycheeConfig,
+    *,
+    redo_statuses: Iterable[str] = (),
+    filesystem: pafs.FileSystem | None = None,
+) -> set[str]:
+    """Create or check the store at `out_dir`, clean what a killed run left, return done ids.
+
+    Call it on the driver before any writer runs (it deletes uncommitted files, so it must not run
+    while another job writes to the same directory). Conversations whose committed status is in
+    `redo_statuses` (e.g. {"error"}) are not returned, so the driver processes them again; the new
+    commit then wins over the old one.
+    """
+    fs, base = resolve_uri(out_dir, filesystem)
+    fs.create_dir(base, recursive=True)
+    manifest_path = join_path(base, MANIFEST)
+    manifest = read_json(fs, manifest_path)
+    if manifest is None:
+        if list_files(fs, join_path(base, COMMITS)):
+            raise StoreError(f"{out_dir} holds commits but no manifest.json; refusing to write into it.")
+        write_json(fs, manifest_path, new_manifest(cfg))
+    else:
+        check_manifest(manifest, out_dir, cfg)
+        if manifest.get("build_hash") != cfg.build_hash():
+            # Allowed (e.g. a resume after tuning a retry setting), but the mix is recorded:
+            # each commit keeps its build hash and finalize_manifest lists them all.
+            log.warning("store %s was started with build %s; this run is build %s",
+                        out_dir, manifest.get("build_hash"), cfg.build_hash())
+    commits = load_commits(fs, base)
+    referenced = {info["path"] for c in commits for info in c["files"].values()}
+    removed = _remove_orphans(fs, base, referenced)
+    if removed:
+        log.info("removed %d uncommitted or temporary files from %s", removed, out_dir)
+    redo = set(redo_statuses)
+    return {cid for cid, status in committed_view(commits).status.items() if status not in redo}
+
+
+def finalize_manifest(out_dir: str, *, filesystem: pafs.FileSystem | None = None) -> dict:
+    """Recount rows per table (as the views see them) and conversations by status into the manifest."""
+    fs, base = resolve_uri(out_dir, filesystem)
+    manifest = read_json(fs, join_path(base, MANIFEST))
+    if manifest is None:
+        raise StoreError(f"{out_dir} is not a lychee-ray store (it has no manifest.json).")
+    with open_store(out_dir, filesystem=filesystem) as store:
+        counts = {t: store.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in INGEST_TABLES}
+        committed = store._committed
+    by_status: dict[str, int] = {}
+    for status in committed.status.values():
+        by_status[status] = by_status.get(status, 0) + 1
+    manifest.update(
+        counts=counts,
+        n_conversations=len(committed.status),
+        n_conversations_by_status=dict(sorted(by_status.items())),
+        build_hashes=sorted(committed.build_hashes),
+        finalized_at=now(),
+    )
+    write_json(fs, join_path(base, MANIFEST), manifest)
+    return manifest
