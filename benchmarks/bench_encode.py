@@ -79,7 +79,7 @@ def concurrency_run(convs, base_url: str, in_flight: int, latency_s: float) -> d
     for n in sorted(chains, reverse=True):
         lanes[lanes.index(min(lanes))] += n
     packed = latency_s * max(lanes)
-    calls = sum(c.stats["llm_calls"] for c in work)
+    calls = sum(c.stats.llm_calls for c in work)
     return {"conversations": len(work), "in_flight": in_flight, "calls": calls, "longest_chain": max(chains),
             "ideal_s": ideal, "lpt_s": packed, "wall_s": wall, "ratio": ideal / wall, "ratio_lpt": packed / wall, "client_cpu_ms_per_call": 1000 * cpu / max(1, calls)}
 
@@ -120,9 +120,9 @@ def bench_tokens(path: Path) -> tuple[list[dict], dict]:
         stage.setup()
         for c in stage.process_batch(units):
             s = c.stats
-            rows.append({"conversation": c.conversation_id, "mode": mode, "turns": len(c.turns), "calls": s["encode_units"],
-                         "records": len(c.records), "prompt": s["est_prompt_tokens"], "completion": s["est_completion_tokens"],
-                         "total": s["est_prompt_tokens"] + s["est_completion_tokens"], "schema": schema_tokens * s["encode_units"]})
+            rows.append({"conversation": c.conversation_id, "mode": mode, "turns": len(c.turns), "calls": s.encode_units,
+                         "records": len(c.records), "prompt": s.est_prompt_tokens, "completion": s.est_completion_tokens,
+                         "total": s.est_prompt_tokens + s.est_completion_tokens, "schema": schema_tokens * s.encode_units})
     return rows, {"schema_tokens_per_call": schema_tokens}
 
 

@@ -78,8 +78,8 @@ def build_core_dataset(cfg, files: list[str], out_dir: str, done: frozenset):
     emb = cfg.embedding
     ds = ray.data.from_items([{"path": f} for f in files], override_num_blocks=max(1, len(files)))
     ds = ds.map_batches(read_files_batch, fn_args=(cfg, done, _registry_actor()), batch_size=1, batch_format="numpy", num_cpus=0.5)
-    ds = apply_stage(ds, partial(EmbedTurnsStage, emb), batch_size=emb.conversations_per_batch, num_actors=emb.num_actors, num_cpus=1, num_gpus=emb.num_gpus_per_actor)
-    ds = apply_stage(ds, partial(SegmentStage, cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges), batch_size=8, num_cpus=0.5)
+    ds = apply_stage(ds, partial(EmbedTurnsStage, emb))
+    ds = apply_stage(ds, partial(SegmentStage, cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges))
     return ds.map_batches(write_batch, fn_args=(out_dir, cfg), batch_size=cfg.store.conversations_per_file, batch_format="numpy", num_cpus=0.5)
 
 

@@ -102,6 +102,26 @@ class MemoryRecord:
 
 
 @dataclass
+class BuildStats:
+    """What encoding one conversation cost: its `build_stats` row (stage seconds come from
+    `Conversation.seconds`)."""
+
+    encode_units: int = 0  # segments (or exchanges/windows) encoded
+    llm_calls: int = 0
+    llm_failures: int = 0
+    degraded_segments: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    est_prompt_tokens: int = 0
+    est_completion_tokens: int = 0
+    wall_s: float = 0.0
+    backend: str | None = None
+    model: str | None = None
+    encode_mode: str | None = None
+
+
+@dataclass
 class Conversation:
     """One conversation as it flows through the ingest pipeline."""
 
@@ -121,7 +141,11 @@ class Conversation:
     nodes: list[dict] = field(default_factory=list)
     node_embeddings: object = None
     record_nodes: list[tuple[str, str]] = field(default_factory=list)
-    stats: dict = field(default_factory=dict)  # per-stage counters and seconds
+    errors: list[dict] = field(default_factory=list)  # `errors` rows found on the way (reader, duplicates)
+    n_input_turns: int | None = None  # turns as read, when `turns` was emptied (a duplicate copy)
+    entity_aliases: dict[str, str] = field(default_factory=dict)  # encode -> organize: alias -> name
+    stats: BuildStats = field(default_factory=BuildStats)
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage name
 
 
 # --------------------------------------------------------------------------------------------

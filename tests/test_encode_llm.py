@@ -110,7 +110,7 @@ def requests_by_segment(server, convs):
 def assert_build_stats_match_server(convs, server):
     usage = server.total_usage()
     for key in ("prompt_tokens", "completion_tokens", "cached_tokens"):
-        assert sum(c.stats[key] for c in convs) == usage[key], key
+        assert sum(getattr(c.stats, key) for c in convs) == usage[key], key
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
 
 
@@ -132,7 +132,7 @@ def test_one_call_per_encode_unit_and_tokens_equal_server_usage(segmented, fake_
     for conv in out:
         assert conv.status == "ok", conv.error
         n_units = len(conv.exchanges) if mode == "eager" else len(conv.segments)
-        assert conv.stats["llm_calls"] == n_units == conv.stats["encode_units"]
+        assert conv.stats.llm_calls == n_units == conv.stats.encode_units
         assert sorted(k[1] for k in per_segment if k[0] == conv.conversation_id) == list(range(n_units))
         assert all(len(reqs) == 1 for key, reqs in per_segment.items() if key[0] == conv.conversation_id)
         assert conv.records and not any(r.degraded for r in conv.records)
@@ -179,7 +179,7 @@ def test_scheduled_faults_end_encoded_or_degraded_and_the_chain_goes_on(segmente
         expect_degraded = seg.segment_id in degraded_segments
         assert all(r.degraded == expect_degraded for r in recs)
         assert {r.backend for r in recs} == {"rules" if expect_degraded else "fake-model"}
-    assert (out.stats["llm_calls"], out.stats["llm_failures"], out.stats["degraded_segments"]) == (7, 2, 2)
+    assert (out.stats.llm_calls, out.stats.llm_failures, out.stats.degraded_segments) == (7, 2, 2)
     assert out.status == "degraded" and "2 of" in out.error
     assert_every_turn_in_one_segment(out)
     assert_build_stats_match_server([out], fake_openai)
@@ -207,9 +207,9 @@ def test_random_faults_never_lose_a_segment(segmented, fake_openai):
             else:  # the fake restates every turn: an encoded segment cites all of its turns
                 cited = {t for r in recs for t in r.source_turn_ids}
                 assert cited == {t.turn_id for t in segment_turns(conv, seg)}
-        assert conv.stats["degraded_segments"] == conv.stats["llm_failures"] == len(degraded)
+        assert conv.stats.degraded_segments == conv.stats.llm_failures == len(degraded)
         assert (conv.status == "degraded") == bool(degraded)
-        assert conv.stats["llm_calls"] >= len(conv.segments)
+        assert conv.stats.llm_calls >= len(conv.segments)
     assert_build_stats_match_server(out, fake_openai)
 
 

@@ -134,7 +134,7 @@ def test_llm_failures_fall_back_and_are_recorded_per_question(store_dir, fake_op
     assert item.plan.routes and item.prediction
     assert item.judge_label is None
     usage = [r["usage"] for r in fake_openai.requests]
-    assert item.usage["plan_prompt"] == usage[0]["prompt_tokens"] + usage[1]["prompt_tokens"]
-    assert item.usage["answer_prompt"] == usage[2]["prompt_tokens"]
-    assert item.usage["judge_prompt"] == usage[3]["prompt_tokens"] + usage[4]["prompt_tokens"]
-    assert item.usage["llm_calls"] == 3
+    assert item.plan_usage.prompt_tokens == usage[0]["prompt_tokens"] + usage[1]["prompt_tokens"]
+    assert item.answer_usage.prompt_tokens == usage[2]["prompt_tokens"]
+    assert item.judge_usage.prompt_tokens == usage[3]["prompt_tokens"] + usage[4]["prompt_tokens"]
+    assert item.plan_usage.calls + item.answer_usage.calls == 3

@@ -89,7 +89,7 @@ def test_not_json_file_names_the_file(tmp_path):
     bad.write_text("this is { not json")
     (conv,) = read_all(bad)
     assert conv.status == "error" and str(bad) in conv.error
-    assert conv.stats["errors"][0]["source_file"] == str(bad)
+    assert conv.errors[0]["source_file"] == str(bad)
 
 
 def test_broken_jsonl_line_is_named_and_the_rest_is_read(tmp_path):
@@ -100,7 +100,7 @@ def test_broken_jsonl_line_is_named_and_the_rest_is_read(tmp_path):
     ok = [c.conversation_id for c in convs if c.status == "ok"]
     errs = [c for c in convs if c.status == "error"]
     assert ok == ["c1", "c3"]
-    assert len(errs) == 1 and f"{f}:2" in errs[0].error and errs[0].stats["errors"][0]["line"] == 2
+    assert len(errs) == 1 and f"{f}:2" in errs[0].error and errs[0].errors[0]["line"] == 2
 
 
 def test_empty_conversation_gets_status_empty(tmp_path):
@@ -116,7 +116,7 @@ def test_missing_text_and_speaker_are_recorded_and_the_rest_kept(tmp_path):
     (conv,) = read_all(f)
     assert [t.text for t in conv.turns] == ["fine", "no speaker here"]
     assert conv.turns[1].speaker == "unknown"
-    kinds = {(e["field"], e["kind"]) for e in conv.stats["errors"]}
+    kinds = {(e["field"], e["kind"]) for e in conv.errors}
     assert ("turns[1].text", "missing_field") in kinds and ("turns[2].speaker", "missing_field") in kinds
 
 
@@ -128,7 +128,7 @@ def test_bad_utf8_is_replaced_recorded_and_nothing_lost(tmp_path):
     convs = read_all(f)
     assert [c.conversation_id for c in convs] == ["u1", "u2"]
     assert convs[0].turns[0].text == "caf\ufffd"
-    (err,) = [e for c in convs for e in c.stats.get("errors", []) if e["kind"] == "bad_utf8"]
+    (err,) = [e for c in convs for e in c.errors if e["kind"] == "bad_utf8"]
     assert err["line"] == 1 and str(f) in err["message"]
 
 
@@ -140,7 +140,7 @@ def test_oversized_turn_is_split_without_losing_text(tmp_path):
     assert len(conv.turns) > 5
     assert conv.turns[0].turn_id == "session_1:1" and conv.turns[1].turn_id == "session_1:1#p2"
     assert " ".join(t.text for t in conv.turns).split() == long_text.split()
-    assert any(e["kind"] == "turn_split" for e in conv.stats["errors"])
+    assert any(e["kind"] == "turn_split" for e in conv.errors)
 
 
 def test_duplicate_turn_ids_are_renamed(tmp_path):

@@ -184,8 +184,7 @@ def test_temporal_gold_dates_match_record_times(locomo):
     """LoCoMo category 2 (temporal): does a record on an evidence turn carry the gold date?
 
     Measured when written (7 conversations, 214 questions, 177 with a parseable gold date):
-    exact 128 (72%), one window containing the other 149 (84%); counting records without a
-    time expression at their session date (default_time="session") lifts containment further.
+    exact 128 (72%), one window containing the other 149 (84%).
     The floors below sit a little under that; the figure is printed with -s."""
     enc = RulesEncoder()
     parsed = exact = contained = 0
@@ -258,14 +257,6 @@ def test_context_date_anchor_used_when_turns_have_no_timestamp():
     assert "Berlin" in rec.entities and out.state.date_anchor == "2023-05-08"
 
 
-def test_default_time_session_option():
-    turns = [_turn("t1", "Ann", "I love hiking in the Alps.")]
-    [none_rec] = RulesEncoder().encode(turns, None, []).records
-    [sess_rec] = RulesEncoder(default_time="session").encode(turns, None, []).records
-    assert none_rec.time.model_dump() == {"start": None, "end": None, "granularity": "none", "expression": None}
-    assert sess_rec.time.model_dump() == {"start": "2023-05-08", "end": "2023-05-08", "granularity": "day", "expression": None}
-    with pytest.raises(ValueError):
-        RulesEncoder(default_time="sometimes")
 
 
 def test_role_speakers_longmemeval_style():

@@ -15,6 +15,7 @@ import pytest
 from lychee_ray.config import LycheeConfig
 from lychee_ray.schemas import (
     INGEST_TABLES,
+    BuildStats,
     Conversation,
     MemoryRecord,
     Question,
@@ -96,8 +97,8 @@ def make_conv(cid: str, seed: int, status: str = "ok", planted: str | None = Non
         turn_embeddings=unit(rng, 12), segments=segments, records=records,
         record_embeddings=unit(rng, len(records)), nodes=nodes, node_embeddings=unit(rng, len(nodes)),
         record_nodes=record_nodes,
-        stats={"llm_calls": 3, "prompt_tokens": 100, "completion_tokens": 20, "backend": "rules",
-               "errors": [{"kind": "turn_split", "field": "text", "message": "split a long turn"}]},
+        stats=BuildStats(llm_calls=3, prompt_tokens=100, completion_tokens=20, backend="rules"),
+        errors=[{"kind": "turn_split", "field": "text", "message": "split a long turn"}],
     )
 
 

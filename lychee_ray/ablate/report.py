@@ -85,16 +85,16 @@ def quality_columns(items: list, categories: list[str], estimated: bool) -> dict
         out[f"recall_{cat}"] = recall(group)
         out[f"judge_{cat}"] = judge(group)
     if estimated:
-        out["query_tokens"] = _mean((i.stats.get("est_prompt_tokens") or 0) + (i.stats.get("est_completion_tokens") or 0) for i in ok)
+        out["query_tokens"] = _mean((i.est_prompt_tokens or 0) + (i.est_completion_tokens or 0) for i in ok)
     else:
         u = [i.usage for i in ok]
         out["query_tokens"] = _mean(x["plan_prompt"] + x["plan_completion"] + x["answer_prompt"] + x["answer_completion"] for x in u)
     out["query_tokens_estimated"] = estimated
     out["context_tokens"] = _mean(i.context_tokens for i in ok)
-    truncated = [i for i in ok if i.stats.get("dropped_turns")]
-    if any("dropped_turns" in i.stats for i in ok):
+    truncated = [i for i in ok if i.dropped_turns]
+    if any(i.dropped_turns is not None for i in ok):
         out["truncated_questions"] = len(truncated)
-        out["dropped_tokens_per_question"] = _mean(i.stats.get("dropped_tokens") or 0 for i in ok)
+        out["dropped_tokens_per_question"] = _mean(i.dropped_tokens or 0 for i in ok)
     return out
 
 

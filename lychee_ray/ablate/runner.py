@@ -209,7 +209,7 @@ def build_store(seg: Segmentation, cfg: LycheeConfig, store_dir: Path, embedder:
     embedder.phase = "records_nodes"
     convs = organizer.process_batch(convs)
     for c in convs:
-        c.stats["wall_s"] = sum(v for k, v in c.stats.items() if k.endswith("_s") and isinstance(v, float))
+        c.stats.wall_s = sum(c.seconds.values())
     if store_dir.exists():
         shutil.rmtree(store_dir)  # a grid run rebuilds; a stale store of another build must not mix in
     prepare_output(str(store_dir), cfg)
@@ -307,8 +307,8 @@ def fill_full_context(items: list, store, cfg: LycheeConfig, context_tokens: int
         item.evidence = evidence[first:]
         item.retrieved_turn_ids = turn_ids[first:]
         item.context_tokens = used
-        item.stats["dropped_turns"] = first
-        item.stats["dropped_tokens"] = sum(costs[:first])
+        item.dropped_turns = first
+        item.dropped_tokens = sum(costs[:first])
 
 
 def estimate_query_tokens(items: list, store, with_plan: bool) -> None:
@@ -326,8 +326,8 @@ def estimate_query_tokens(items: list, store, with_plan: bool) -> None:
                 known[item.conversation_id] = entity_names(store, item.conversation_id)[:200]
             prompt += sum(count_tokens(m["content"]) for m in plan_messages(item.question, item.question_date, known[item.conversation_id]))
             completion += count_tokens(item.plan_json or "")
-        item.stats["est_prompt_tokens"] = prompt
-        item.stats["est_completion_tokens"] = completion
+        item.est_prompt_tokens = prompt
+        item.est_completion_tokens = completion
 
 
 def write_answers(items: list, folder: Path) -> Path:
@@ -336,10 +336,10 @@ def write_answers(items: list, folder: Path) -> Path:
     for item in items:
         row = answer_row(item)
         row.update(
-            est_prompt_tokens=item.stats.get("est_prompt_tokens"),
-            est_completion_tokens=item.stats.get("est_completion_tokens"),
-            dropped_turns=item.stats.get("dropped_turns"),
-            dropped_tokens=item.stats.get("dropped_tokens"),
+            est_prompt_tokens=item.est_prompt_tokens,
+            est_completion_tokens=item.est_completion_tokens,
+            dropped_turns=item.dropped_turns,
+            dropped_tokens=item.dropped_tokens,
         )
         rows.append(row)
     schema = ANSWERS_SCHEMA

@@ -71,7 +71,7 @@ ANSWERS_SCHEMA = pa.schema(
 
 
 def answer_row(item: QAItem) -> dict:
-    u = item.usage
+    plan, answer, judge = item.plan_usage, item.answer_usage, item.judge_usage
     row = {
         "question_id": item.question_id,
         "conversation_id": item.conversation_id,
@@ -93,13 +93,13 @@ def answer_row(item: QAItem) -> dict:
         "bleu1": item.bleu1,
         "evidence_recall": item.evidence_recall,
         "recall_curve": item.recall_curve,
-        "prompt_tokens": u["plan_prompt"] + u["answer_prompt"],
-        "completion_tokens": u["plan_completion"] + u["answer_completion"],
-        "plan_prompt_tokens": u["plan_prompt"],
-        "answer_prompt_tokens": u["answer_prompt"],
-        "judge_prompt_tokens": u["judge_prompt"],
-        "judge_completion_tokens": u["judge_completion"],
-        "llm_calls": u["llm_calls"],
+        "prompt_tokens": plan.prompt_tokens + answer.prompt_tokens,
+        "completion_tokens": plan.completion_tokens + answer.completion_tokens,
+        "plan_prompt_tokens": plan.prompt_tokens,
+        "answer_prompt_tokens": answer.prompt_tokens,
+        "judge_prompt_tokens": judge.prompt_tokens,
+        "judge_completion_tokens": judge.completion_tokens,
+        "llm_calls": plan.calls + answer.calls,
     }
     for name in ("naive_rag", "bm25"):
         b = item.baselines.get(name, {})

@@ -68,10 +68,8 @@ def run_evaluate(cfg: LycheeConfig, store_dir: str, out_dir: str, questions_path
         per = cfg.evaluate.questions_per_batch
         blocks = [pack(todo[i : i + per]) for i in range(0, len(todo), per)]
         ds = ray.data.from_items([{"conversation_id": c, "state": s} for b in blocks for c, s in zip(b["conversation_id"], b["state"])])
-        ds = apply_stage(ds, partial(PlanStage, cfg, store_dir), batch_size=per, num_actors=1, num_cpus=0.25, is_async=True)
-        ds = apply_stage(ds, partial(RetrieveStage, cfg, store_dir), batch_size=per, num_actors=1, num_cpus=1)
-        ds = apply_stage(ds, partial(AnswerStage, cfg), batch_size=per, num_actors=1, num_cpus=0.25, is_async=True)
-        ds = apply_stage(ds, partial(JudgeStage, cfg), batch_size=per, num_actors=1, num_cpus=0.25, is_async=True)
+        for stage in (partial(PlanStage, cfg, store_dir), partial(RetrieveStage, cfg, store_dir), partial(AnswerStage, cfg), partial(JudgeStage, cfg)):
+            ds = apply_stage(ds, stage, batch_size=per)
         ds = ds.map_batches(write_answers, fn_args=(out_dir,), batch_size=per, batch_format="numpy", num_cpus=0.25)
         for _ in ds.iter_rows():
             pass

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pyarrow.parquet as pq
 
 from lychee_ray.config import LycheeConfig
+from lychee_ray.llm.client import Usage
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class QAItem:
     benchmark: str = "generic"
     status: str = "ok"
     error: str | None = None
-    stats: dict = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage name
     plan_json: str | None = None
     plan: object = None
     evidence: list[tuple[str | None, str]] = field(default_factory=list)
@@ -50,7 +51,14 @@ class QAItem:
     f1: float | None = None
     bleu1: float | None = None
     evidence_recall: float | None = None
-    usage: dict = field(default_factory=lambda: {k: 0 for k in ("plan_prompt", "plan_completion", "answer_prompt", "answer_completion", "judge_prompt", "judge_completion", "llm_calls")})
+    plan_usage: Usage = field(default_factory=Usage)
+    answer_usage: Usage = field(default_factory=Usage)
+    judge_usage: Usage = field(default_factory=Usage)
+    # ablation only: o200k estimates of what an LLM would be sent, and a full-context cut
+    est_prompt_tokens: int | None = None
+    est_completion_tokens: int | None = None
+    dropped_turns: int | None = None
+    dropped_tokens: int | None = None
     llm_errors: list[str] = field(default_factory=list)
 
 

@@ -18,7 +18,7 @@ from lychee_ray.query.answer import Answerer, Planner
 from lychee_ray.query.rerank import CrossEncoderReranker
 from lychee_ray.query.retrieve import Retriever, baseline_turns, entity_names
 from lychee_ray.rules.answerer import extractive_answer
-from lychee_ray.runtime.stage import AsyncStage, Stage
+from lychee_ray.runtime.stage import AsyncStage, Resources, Stage
 from lychee_ray.schemas import JudgeOutput
 from lychee_ray.store.reader import open_store
 
@@ -39,6 +39,7 @@ def _tag(item: QAItem) -> str:
 # --------------------------------------------------------------------------------------------
 class PlanStage(AsyncStage):
     name = "plan"
+    resources = Resources(num_cpus=0.25, num_actors=1)  # waits on the LLM
 
     def __init__(self, cfg: LycheeConfig, store_dir: str):
         self.cfg, self.store_dir = cfg, store_dir
@@ -48,6 +49,9 @@ class PlanStage(AsyncStage):
         self.store = open_store(self.store_dir, self.cfg)
         self.planner = Planner(self.cfg, _client(self.cfg))
         self._entities: dict[str, list[str]] = {}
+
+    def teardown(self):
+        self.store.close()
 
     def known_entities(self, cid: str) -> list[str]:
 
@@ -63,15 +67,14 @@ class PlanStage(AsyncStage):
         out = await self.planner.plan(item.question, item.question_date, self.known_entities(item.conversation_id), _tag(item))
         item.plan = out.value
         item.plan_json = out.value.model_dump_json()
-        item.usage["plan_prompt"] += out.usage.prompt_tokens
-        item.usage["plan_completion"] += out.usage.completion_tokens
-        item.usage["llm_calls"] += out.usage.calls
+        item.plan_usage.add(out.usage)
         if out.error:
             item.llm_errors.append(f"plan: {out.error}")
 
 
 class RetrieveStage(Stage):
     name = "retrieve"
+    resources = Resources(num_cpus=1, num_actors=1)  # keeps the embedder and the store open
 
     def __init__(self, cfg: LycheeConfig, store_dir: str, embedder=None):
         self.cfg, self.store_dir = cfg, store_dir
@@ -123,12 +126,16 @@ class RetrieveStage(Stage):
                 item.status, item.error = "error", f"conversation {item.conversation_id!r} is not in the store"
         return super().process_batch(items)
 
+    def teardown(self):
+        self.store.close()
+
     def _known(self, cid: str) -> bool:
         return bool(self.store.con.execute("select 1 from conversations where conversation_id = ? limit 1", [cid]).fetchall())
 
 
 class AnswerStage(AsyncStage):
     name = "answer"
+    resources = Resources(num_cpus=0.25, num_actors=1)
 
     def __init__(self, cfg: LycheeConfig):
         self.cfg = cfg
@@ -144,9 +151,7 @@ class AnswerStage(AsyncStage):
     async def process_async(self, item: QAItem):
         out = await self.answerer.answer(item.benchmark, item.question, item.question_date, item.evidence, _tag(item))
         item.prediction = str(out.value or "")
-        item.usage["answer_prompt"] += out.usage.prompt_tokens
-        item.usage["answer_completion"] += out.usage.completion_tokens
-        item.usage["llm_calls"] += out.usage.calls
+        item.answer_usage.add(out.usage)
         if out.error:
             item.llm_errors.append(f"answer: {out.error}")
         if self.answerer.client is None:
@@ -158,6 +163,7 @@ class AnswerStage(AsyncStage):
 
 class JudgeStage(AsyncStage):
     name = "judge"
+    resources = Resources(num_cpus=0.25, num_actors=1)
 
     def __init__(self, cfg: LycheeConfig):
         self.cfg = cfg
@@ -185,8 +191,7 @@ class JudgeStage(AsyncStage):
         else:
             messages = locomo_judge_messages(item.question, item.gold, item.prediction)
         result = await self.client.structured(messages, JudgeOutput, schema=json_schema_for(JudgeOutput, self.cfg.llm.schema_dialect), max_tokens=16, tag=_tag(item))
-        item.usage["judge_prompt"] += result.usage.prompt_tokens
-        item.usage["judge_completion"] += result.usage.completion_tokens
+        item.judge_usage.add(result.usage)
         if result.parsed is not None:
             item.judge_label = result.parsed.label
         else:

@@ -11,7 +11,13 @@ import time
 
 from lychee_ray.config import EmbeddingConfig
 from lychee_ray.embedding import Embedder
-from lychee_ray.runtime.stage import PASS_THROUGH, Stage, add_seconds, mark_failed
+from lychee_ray.runtime.stage import (
+    PASS_THROUGH,
+    Resources,
+    Stage,
+    add_seconds,
+    mark_failed,
+)
 
 # --------------------------------------------------------------------------------------------
 # Pipeline stage
@@ -26,6 +32,8 @@ class EmbedTurnsStage(Stage):
 
     def __init__(self, cfg: EmbeddingConfig):
         self.cfg = cfg
+        # one model copy per actor: on a small machine a second copy only competes for cores
+        self.resources = Resources(num_cpus=1, num_gpus=cfg.num_gpus_per_actor, num_actors=cfg.num_actors, batch_size=cfg.conversations_per_batch)
         self.embedder: Embedder | None = None
 
     def setup(self) -> None:

@@ -22,8 +22,9 @@ from lychee_ray.llm.client import LLMClient, run_closing
 from lychee_ray.llm.prompts import encode_messages
 from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.rules.encoder import RulesEncoder
-from lychee_ray.runtime.stage import AsyncStage
+from lychee_ray.runtime.stage import AsyncStage, Resources
 from lychee_ray.schemas import (
+    BuildStats,
     Conversation,
     EncodeOutput,
     MemoryRecord,
@@ -91,6 +92,8 @@ class EncodeStage(AsyncStage):
 
     def __init__(self, cfg: LycheeConfig):
         self.cfg = cfg
+        # mostly waiting on the LLM: little CPU, many conversations in flight per actor
+        self.resources = Resources(num_cpus=0.5, num_actors=cfg.encoder.num_actors, batch_size=cfg.encoder.conversations_in_flight)
         self.max_in_flight = cfg.encoder.conversations_in_flight
         self.rules = None
         self.client = None
@@ -116,7 +119,7 @@ class EncodeStage(AsyncStage):
     async def process_async(self, conv: Conversation) -> None:
         enc = self.cfg.encoder
         ctx = ReferenceContext()
-        totals = dict(encode_units=len(conv.segments), llm_calls=0, llm_failures=0, degraded_segments=0, prompt_tokens=0, completion_tokens=0, cached_tokens=0, est_prompt_tokens=0, est_completion_tokens=0)
+        totals = BuildStats(encode_units=len(conv.segments), backend=self.cfg.llm.backend, model=self.backend_label, encode_mode=enc.mode)
         aliases: dict[str, str] = {}
         conv.records = []
         for seg in conv.segments:
@@ -130,23 +133,20 @@ class EncodeStage(AsyncStage):
                 for alias in ent.aliases:
                     aliases[alias.lower()] = ent.name
             ctx = ctx.advance(out, enc.context_records)
-        conv.stats.update(totals)
-        conv.stats["entity_aliases"] = aliases
-        conv.stats["backend"] = self.cfg.llm.backend
-        conv.stats["model"] = self.backend_label
-        conv.stats["encode_mode"] = enc.mode
-        if totals["degraded_segments"] and conv.status == "ok":
+        conv.stats = totals
+        conv.entity_aliases = aliases
+        if totals.degraded_segments and conv.status == "ok":
             conv.status = "degraded"
-            conv.error = f"{totals['degraded_segments']} of {len(conv.segments)} segments fell back to rules records"
+            conv.error = f"{totals.degraded_segments} of {len(conv.segments)} segments fell back to rules records"
 
-    async def _encode_segment(self, conv_id: str, seg: Segment, turns: list[Turn], ctx: ReferenceContext, totals: dict) -> tuple[EncodeOutput, bool]:
+    async def _encode_segment(self, conv_id: str, seg: Segment, turns: list[Turn], ctx: ReferenceContext, totals: BuildStats) -> tuple[EncodeOutput, bool]:
         enc = self.cfg.encoder
         if self.client is None:
             out = self._rules(turns, ctx)
             if enc.estimate_tokens:
                 messages = encode_messages(ctx.render(enc.context_token_budget), turns, enc.summary_records)
-                totals["est_prompt_tokens"] += sum(count_tokens(m["content"]) for m in messages)
-                totals["est_completion_tokens"] += count_tokens(out.model_dump_json())
+                totals.est_prompt_tokens += sum(count_tokens(m["content"]) for m in messages)
+                totals.est_completion_tokens += count_tokens(out.model_dump_json())
             return out, False
 
         turn_ids = [t.turn_id for t in turns]
@@ -163,14 +163,14 @@ class EncodeStage(AsyncStage):
             messages, EncodeOutput, schema=schema, max_tokens=enc.max_tokens, validate=check_sources(turn_ids), tag=tag
         )
         u = result.usage
-        totals["llm_calls"] += u.calls
-        totals["prompt_tokens"] += u.prompt_tokens
-        totals["completion_tokens"] += u.completion_tokens
-        totals["cached_tokens"] += u.cached_tokens
+        totals.llm_calls += u.calls
+        totals.prompt_tokens += u.prompt_tokens
+        totals.completion_tokens += u.completion_tokens
+        totals.cached_tokens += u.cached_tokens
         if result.parsed is not None:
             return result.parsed, False
-        totals["llm_failures"] += 1
-        totals["degraded_segments"] += 1
+        totals.llm_failures += 1
+        totals.degraded_segments += 1
         log.warning("%s: encode failed (%s); using degraded rules records", tag, result.error)
         return self._rules(turns, ctx), True
 

@@ -83,13 +83,13 @@ def mark_duplicates(convs: list[Conversation], registry) -> list[Conversation]:
         if first is None:
             continue
         original = conv.conversation_id
-        conv.stats["n_input_turns"] = len(conv.turns)
+        conv.n_input_turns = len(conv.turns)
         # Derived id: deterministic per (id, file) so a resumed run finds the same row.
         suffix = hashlib.sha1(f"{original}|{conv.source_file}".encode()).hexdigest()[:8]
         conv.conversation_id = f"{original}#dup-{suffix}"
         conv.status = "duplicate"
         conv.error = f"duplicate conversation id {original!r}: first seen in {first}; this copy in {conv.source_file} ({len(conv.turns)} turns) was not ingested"
-        conv.stats.setdefault("errors", []).append(
+        conv.errors.append(
             {"conversation_id": conv.conversation_id, "source_file": conv.source_file, "line": None, "field": "conversation_id", "kind": "duplicate_id", "message": conv.error}
         )
         conv.turns, conv.questions, conv.exchanges = [], [], []
@@ -104,7 +104,7 @@ def write_batch(batch, out_dir: str, cfg: LycheeConfig):
 
     convs = unpack(batch)
     for c in convs:
-        c.stats["wall_s"] = sum(v for k, v in c.stats.items() if k.endswith("_s") and isinstance(v, float))
+        c.stats.wall_s = sum(c.seconds.values())
     summaries = StoreWriter(out_dir, cfg).write_batch(convs)
     keys = ("conversation_id", "status", "n_turns", "n_segments", "n_records", "llm_calls", "prompt_tokens", "completion_tokens")
     return {k: np.array([s.get(k) for s in summaries], dtype=object) for k in keys}
@@ -167,31 +167,11 @@ def build_dataset(cfg: LycheeConfig, files: list[str], out_dir: str, done_ids: f
         read_files_batch, fn_args=(cfg, done_ids, registry), batch_size=1, batch_format="numpy", num_cpus=0.5
     )
     emb = cfg.embedding
-    ds = apply_stage(
-        ds,
-        partial(EmbedTurnsStage, emb),
-        batch_size=emb.conversations_per_batch,
-        num_actors=emb.num_actors,
-        num_cpus=1,
-        num_gpus=emb.num_gpus_per_actor,
-    )
-    ds = apply_stage(ds, partial(SegmentStage, cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges), batch_size=8, num_cpus=0.5)
-    ds = apply_stage(
-        ds,
-        partial(EncodeStage, cfg),
-        batch_size=cfg.encoder.conversations_in_flight,
-        num_actors=cfg.encoder.num_actors,
-        num_cpus=0.5,
-        is_async=True,
-    )
-    ds = apply_stage(
-        ds,
-        partial(OrganizeStage, cfg.organize, emb),
-        batch_size=emb.conversations_per_batch,
-        num_actors=emb.num_actors,
-        num_cpus=1,
-        num_gpus=emb.num_gpus_per_actor,
-    )
+    # each stage declares its resources (actors, CPUs, GPUs, batch size) from its config
+    ds = apply_stage(ds, partial(EmbedTurnsStage, emb))
+    ds = apply_stage(ds, partial(SegmentStage, cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges))
+    ds = apply_stage(ds, partial(EncodeStage, cfg))
+    ds = apply_stage(ds, partial(OrganizeStage, cfg.organize, emb))
     return ds.map_batches(
         write_batch, fn_args=(out_dir, cfg), batch_size=cfg.store.conversations_per_file, batch_format="numpy", num_cpus=0.5
     )

@@ -20,7 +20,7 @@ from datetime import date, timedelta
 from lychee_ray.config import EmbeddingConfig, OrganizeConfig
 from lychee_ray.embedding import Embedder
 from lychee_ray.names import normalize_name
-from lychee_ray.runtime.stage import PASS_THROUGH, Stage, mark_failed
+from lychee_ray.runtime.stage import PASS_THROUGH, Resources, Stage, mark_failed
 from lychee_ray.schemas import Conversation, MemoryRecord
 
 MAX_DAY_SPAN = 14  # longer ranges get month nodes only: a day node per day would flood the index
@@ -62,7 +62,7 @@ def time_keys(rec: MemoryRecord) -> list[str]:
 def build_nodes(conv: Conversation, cfg: OrganizeConfig) -> tuple[list[dict], list[tuple[str, str]]]:
     """Nodes and record->node edges for one conversation (pure: reads records, writes nothing)."""
     cid = conv.conversation_id
-    aliases: dict[str, str] = {k: normalize_name(v) for k, v in conv.stats.get("entity_aliases", {}).items()}
+    aliases: dict[str, str] = {k: normalize_name(v) for k, v in conv.entity_aliases.items()}
     turn_pos = _turn_positions(conv)
     members: dict[tuple[str, str], list[str]] = defaultdict(list)
     display: dict[tuple[str, str], Counter] = defaultdict(Counter)
@@ -135,6 +135,7 @@ class OrganizeStage(Stage):
 
     def __init__(self, cfg: OrganizeConfig, emb_cfg: EmbeddingConfig):
         self.cfg, self.emb_cfg = cfg, emb_cfg
+        self.resources = Resources(num_cpus=1, num_gpus=emb_cfg.num_gpus_per_actor, num_actors=emb_cfg.num_actors, batch_size=emb_cfg.conversations_per_batch)
         self.embedder: Embedder | None = None
 
     def setup(self) -> None:

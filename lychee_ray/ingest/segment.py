@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lychee_ray.config import SegmenterConfig
-from lychee_ray.runtime.stage import Stage
+from lychee_ray.runtime.stage import Resources, Stage
 from lychee_ray.schemas import Segment
 from lychee_ray.tokens import count_many
 
@@ -220,6 +220,7 @@ class SegmentStage(Stage):
     (encoder.mode=segment), single exchanges (eager) or fixed windows (window)."""
 
     name = "segment"
+    resources = Resources(num_cpus=0.5, batch_size=8)  # stateless numpy: plain tasks
 
     def __init__(self, seg_cfg: SegmenterConfig, mode: str = "segment", window_exchanges: int = 6):
         self.cfg = seg_cfg

@@ -12,7 +12,6 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import date
-from typing import Literal
 
 from lychee_ray.dates import parse_source_datetime
 from lychee_ray.rules.entities import PHOTO_OF_RE, EntityIndex, extract_entities
@@ -125,26 +124,15 @@ def _session_expr(cue: re.Match, anchor: date) -> TimeExpr:
     return TimeExpr(iso, iso, "day", cue.group(0), cue.span(), True, format_day(anchor))
 
 
-def _session_time(d: date | None) -> NormalizedTime:
-    if d is None:
-        return to_normalized(None)
-    iso = d.isoformat()
-    return NormalizedTime(start=iso, end=iso, granularity="day", expression=None)
-
-
 class RulesEncoder:
     """Segment -> `EncodeOutput` without an LLM.
 
-    default_time: the `time` of a record whose sentence names no time. "none" (the default)
-    matches the LLM contract ("null dates when unknown"); "session" puts the session date
-    there, with expression null, so a time filter also finds what was said on a day.
+    A record whose sentence names no time gets no time, as the LLM contract says ("null dates
+    when unknown"); when it was said follows from its source turns.
     max_entities: cap on d_k's entity list (participants are always kept).
     """
 
-    def __init__(self, default_time: Literal["none", "session"] = "none", max_entities: int = 64):
-        if default_time not in ("none", "session"):
-            raise ValueError(f"default_time must be 'none' or 'session', got {default_time!r}")
-        self.default_time = default_time
+    def __init__(self, max_entities: int = 64):
         self.max_entities = max_entities
 
     # ---- public -------------------------------------------------------------------------
@@ -200,10 +188,7 @@ class RulesEncoder:
             entities.append(other)
         topic_text = PHOTO_OF_RE.sub(" ", u.text)  # every caption starts "a photo of": not a topic
         topics = topics_for(content_words(topic_text, ())) or fallback_topic(content_words(topic_text, index.canonical))
-        if times:
-            time = to_normalized(times[0])
-        else:
-            time = _session_time(anchor) if self.default_time == "session" else to_normalized(None)
+        time = to_normalized(times[0] if times else None)
         return EncodedRecord(
             type=classify(u.text, bool(times)),
             text=text,

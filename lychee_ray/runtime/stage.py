@@ -17,8 +17,10 @@ import asyncio
 import logging
 import pickle
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -26,77 +28,126 @@ from lychee_ray.schemas import Conversation
 
 log = logging.getLogger(__name__)
 
-# Conversations in these states carry no work for later stages, only rows for the writer.
-PASS_THROUGH = frozenset({"error", "empty", "duplicate"})
+# Items in these states carry no work for later stages, only rows for the writer. `pending`
+# (a transient failure) is retried by the next run, not by a later stage of this one.
+PASS_THROUGH = frozenset({"error", "empty", "duplicate", "pending"})
+
+Item = TypeVar("Item")  # what a stage processes: a Conversation (ingest) or a QAItem (evaluate)
 
 
-class Stage:
+@dataclass(frozen=True)
+class Resources:
+    """What one worker of a stage needs. The Ray adapter turns it into `map_batches` arguments;
+    a stage declares it (from its config), call sites do not."""
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    num_actors: int | None = None  # None: stateless tasks; N: a pool of N actors keeping setup() state
+    batch_size: int = 8
+
+
+class TransientError(RuntimeError):
+    """A failure that may pass by itself (endpoint down, rate limit, timeout): the item is
+    recorded `pending` and redone by the next run. Any other exception is permanent: `error`."""
+
+
+class Stage(Generic[Item]):
+    """One step of a pipeline: plain Python, never calls Ray (`apply_stage` adapts it), so the
+    same object runs in a unit test and in a Ray actor. Items are processed one by one; the
+    failure of one item marks it and the batch goes on."""
+
     name = "stage"
+    resources = Resources()
 
     def setup(self) -> None:
         """Load heavy resources; called once per worker before the first batch."""
 
-    def process(self, conv: Conversation) -> None:
+    def teardown(self) -> None:
+        """Close what setup() opened (stores, clients); called once when the worker is done."""
+
+    def stat_update(self, key: str, value: int | float = 1) -> None:
+        """Count something this stage did (items, errors, calls, tokens); logged at teardown.
+        The counter is made on first use, so subclasses need not call a base __init__."""
+        self.__dict__.setdefault("stats", Counter())[key] += value
+
+    def process(self, item: Item) -> None:
         raise NotImplementedError
 
-    def process_batch(self, convs: list[Conversation]) -> list[Conversation]:
-        for conv in convs:
-            if conv.status in PASS_THROUGH:
+    def process_batch(self, items: list[Item]) -> list[Item]:
+        for item in items:
+            if item.status in PASS_THROUGH:
                 continue
-            with stage_timer(conv, self.name):
+            with stage_timer(item, self.name):
                 try:
-                    self.process(conv)
-                except Exception as exc:  # one conversation's failure must not sink the batch
-                    mark_failed(conv, self.name, exc)
-        return convs
+                    self.process(item)
+                    self.stat_update("items")
+                except Exception as exc:  # one item's failure must not sink the batch
+                    self.record_failure(item, exc)
+        return items
+
+    def record_failure(self, item, exc: BaseException) -> None:
+        self.stat_update("transient" if isinstance(exc, TransientError) else "errors")
+        mark_failed(item, self.name, exc)
+
+    def log_stats(self) -> None:
+        if stats := self.__dict__.get("stats"):
+            log.info("stage %s: %s", self.name, ", ".join(f"{k}={v}" for k, v in sorted(stats.items())))
+
+    def close(self) -> None:
+        """teardown(), then the stage's counters to the log: the end of a worker's life."""
+        try:
+            self.teardown()
+        finally:
+            self.log_stats()
 
 
-class AsyncStage(Stage):
-    """A stage whose work is awaiting a remote service (the LLM); many conversations in flight."""
+class AsyncStage(Stage[Item]):
+    """A stage whose work is awaiting a remote service (the LLM); many items in flight."""
 
     max_in_flight = 32
 
-    async def process_async(self, conv: Conversation) -> None:
+    async def process_async(self, item: Item) -> None:
         raise NotImplementedError
 
-    def work_estimate(self, conv: Conversation) -> float:
-        """Relative length of a conversation's sequential chain (e.g. its segments)."""
+    def work_estimate(self, item: Item) -> float:
+        """Relative length of an item's sequential chain (e.g. its segments)."""
         return 0.0
 
-    async def process_batch_async(self, convs: list[Conversation]) -> list[Conversation]:
+    async def process_batch_async(self, items: list[Item]) -> list[Item]:
         gate = asyncio.Semaphore(self.max_in_flight)
 
-        async def one(conv: Conversation):
-            if conv.status in PASS_THROUGH:
+        async def one(item):
+            if item.status in PASS_THROUGH:
                 return
             async with gate:
                 start = time.perf_counter()
                 try:
-                    await self.process_async(conv)
+                    await self.process_async(item)
+                    self.stat_update("items")
                 except Exception as exc:
-                    mark_failed(conv, self.name, exc)
+                    self.record_failure(item, exc)
                 finally:
-                    add_seconds(conv, self.name, time.perf_counter() - start)
+                    add_seconds(item, self.name, time.perf_counter() - start)
 
-        # Longest chain first: when more conversations wait than may be in flight, a long chain
-        # started last would run alone at the end (the semaphore admits waiters in FIFO order).
-        ordered = sorted(convs, key=self.work_estimate, reverse=True)
+        # Longest chain first: when more items wait than may be in flight, a long chain started
+        # last would run alone at the end (the semaphore admits waiters in FIFO order).
+        ordered = sorted(items, key=self.work_estimate, reverse=True)
         await asyncio.gather(*(one(c) for c in ordered))
-        return convs  # the batch keeps its input order
+        return items  # the batch keeps its input order
 
-    def process_batch(self, convs: list[Conversation]) -> list[Conversation]:
-        return asyncio.run(self.process_batch_async(convs))
+    def process_batch(self, items: list[Item]) -> list[Item]:
+        return asyncio.run(self.process_batch_async(items))
 
 
-def mark_failed(conv: Conversation, stage: str, exc: BaseException) -> None:
-    conv.status = "error"
+def mark_failed(conv, stage: str, exc: BaseException) -> None:
+    conv.status = "pending" if isinstance(exc, TransientError) else "error"
     conv.error = f"{stage}: {type(exc).__name__}: {exc}"
     log.error("conversation %s failed in %s: %s", conv.conversation_id, stage, conv.error, exc_info=exc)
 
 
-def add_seconds(conv: Conversation, stage: str, seconds: float) -> None:
-    key = f"{stage}_s"
-    conv.stats[key] = conv.stats.get(key, 0.0) + seconds
+def add_seconds(item, stage: str, seconds: float) -> None:
+    """Add to the `seconds` of the stage on a Conversation or a QAItem."""
+    item.seconds[stage] = item.seconds.get(stage, 0.0) + seconds
 
 
 class stage_timer:
@@ -135,50 +186,47 @@ class StageUDF:
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         return pack(self.stage.process_batch(unpack(batch)))
 
+    def __del__(self):  # Ray Data drops the UDF when the actor pool shuts down
+        self.stage.close()
 
-class AsyncStageUDF:
+
+class AsyncStageUDF(StageUDF):
     """The async twin: Ray Data drives `__call__` on the actor's event loop, so one actor keeps
-    `max_in_flight` conversations waiting on the LLM at once."""
-
-    def __init__(self, factory: Callable[[], AsyncStage]):
-        self.stage = factory()
-        self.stage.setup()
+    `max_in_flight` items waiting on the LLM at once."""
 
     async def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         return pack(await self.stage.process_batch_async(unpack(batch)))
 
 
-def apply_stage(
-    ds,
-    factory: Callable[[], Stage],
-    *,
-    batch_size: int,
-    num_actors: int | None = None,
-    num_cpus: float = 1.0,
-    num_gpus: float = 0.0,
-    is_async: bool = False,
-):
-    """Add one stage to a Ray Dataset: an actor pool when the stage holds state (a model, a
-    client), plain tasks otherwise."""
-    import ray
+def apply_stage(ds, factory: Callable[[], Stage], *, batch_size: int | None = None):
+    """Add one stage to a Ray Dataset with the resources the stage declares: an actor pool when
+    it keeps state (a model, a client), plain tasks otherwise. `batch_size` overrides the
+    declared one (evaluate sizes batches by the question count)."""
+    import ray  # the stage layer stays importable (and testable) without starting Ray
 
-    if num_actors is None:
+    stage = factory()  # cheap: constructors keep config; setup() does the heavy work on a worker
+    res = stage.resources
+    batch_size = batch_size or res.batch_size
+    if res.num_actors is None:
         return ds.map_batches(
-            _run_stateless, fn_args=(factory,), batch_size=batch_size, batch_format="numpy", num_cpus=num_cpus
+            _run_stateless, fn_args=(factory,), batch_size=batch_size, batch_format="numpy", num_cpus=res.num_cpus, num_gpus=res.num_gpus
         )
-    udf = AsyncStageUDF if is_async else StageUDF
+    udf = AsyncStageUDF if isinstance(stage, AsyncStage) else StageUDF
     return ds.map_batches(
         udf,
         fn_constructor_args=(factory,),
         batch_size=batch_size,
         batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=num_actors),
-        num_cpus=num_cpus,
-        num_gpus=num_gpus,
+        compute=ray.data.ActorPoolStrategy(size=res.num_actors),
+        num_cpus=res.num_cpus,
+        num_gpus=res.num_gpus,
     )
 
 
 def _run_stateless(batch: dict[str, Any], factory: Callable[[], Stage]) -> dict[str, np.ndarray]:
     stage = factory()
     stage.setup()
-    return pack(stage.process_batch(unpack(batch)))
+    try:
+        return pack(stage.process_batch(unpack(batch)))
+    finally:
+        stage.close()

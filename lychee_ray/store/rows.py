@@ -156,12 +156,18 @@ def _node_rows(conv: Conversation, dim: int) -> list[dict]:
     ]
 
 
+def _stats_value(conv: Conversation, column: str):
+    if column.endswith("_s") and column != "wall_s":  # embed_s, segment_s, ...: stage seconds
+        return conv.seconds.get(column.removesuffix("_s"))
+    return getattr(conv.stats, column)
+
+
 def _stats_row(conv: Conversation, schema: pa.Schema) -> dict:
     row = {"conversation_id": conv.conversation_id}
     for f in schema:
         if f.name == "conversation_id":
             continue
-        value = conv.stats.get(f.name)
+        value = _stats_value(conv, f.name)
         if pa.types.is_integer(f.type):
             row[f.name] = int(value or 0)
         elif pa.types.is_floating(f.type):
@@ -192,7 +198,7 @@ def _question_rows(conv: Conversation, problems: list[dict]) -> list[dict]:
 def _errors_rows(conv: Conversation, problems: list[dict], schema: pa.Schema) -> list[dict]:
     defaults = {"conversation_id": conv.conversation_id, "source_file": conv.source_file}
     rows = []
-    for err in list(conv.stats.get("errors", [])) + problems:
+    for err in list(conv.errors) + problems:
         rows.append({f.name: err[f.name] if f.name in err else defaults.get(f.name) for f in schema})
     return rows
 
@@ -216,7 +222,7 @@ def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
                 "source": conv.source,
                 "source_file": conv.source_file,
                 # a duplicate's turns are not ingested; its row still says how many it held
-                "n_turns": conv.stats.get("n_input_turns", len(conv.turns)),
+                "n_turns": conv.n_input_turns if conv.n_input_turns is not None else len(conv.turns),
                 "n_sessions": len(sessions),
                 "n_exchanges": len(conv.exchanges),
                 "n_segments": len(conv.segments),

@@ -168,9 +168,9 @@ def _summary(conv: Conversation) -> dict:
         "n_turns": len(conv.turns),
         "n_segments": len(conv.segments),
         "n_records": len(conv.records),
-        "llm_calls": int(stats.get("llm_calls") or 0),
-        "prompt_tokens": int(stats.get("prompt_tokens") or 0),
-        "completion_tokens": int(stats.get("completion_tokens") or 0),
+        "llm_calls": int(stats.llm_calls),
+        "prompt_tokens": int(stats.prompt_tokens),
+        "completion_tokens": int(stats.completion_tokens),
     }
 
 
@@ -226,7 +226,8 @@ def prepare_output(
     removed = _remove_orphans(fs, base, referenced)
     if removed:
         log.info("removed %d uncommitted or temporary files from %s", removed, out_dir)
-    redo = set(redo_statuses)
+    # `pending` is a transient failure (the LLM endpoint was down): always redone by the next run
+    redo = set(redo_statuses) | {"pending"}
     return {cid for cid, status in committed_view(commits).status.items() if status not in redo}
 
 

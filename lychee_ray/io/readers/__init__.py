@@ -9,7 +9,7 @@ Sources (detected from the content, not the file name), one module each:
 `files` lists the input files and dispatches each object to its reader; `common` holds what all
 readers share. Each reader groups its turns into exchanges (`lychee_ray.io.exchanges`).
 
-Bad input never stops the read. Every problem becomes an entry in `Conversation.stats["errors"]`
+Bad input never stops the read. Every problem becomes an entry in `Conversation.errors`
 (file, line, field, message), which ends up in the `errors` table; a problem that has no
 conversation of its own (a broken JSONL line, a file that is not JSON) becomes a conversation
 row with status `error` so it is visible in `conversations` too.

@@ -139,7 +139,7 @@ def _split_oversized(text: str, max_tokens: int) -> list[str]:
 def finish(conv: Conversation, errors: list[ErrorEntry]) -> Conversation:
     for e in errors:
         e.conversation_id = conv.conversation_id
-    conv.stats.setdefault("errors", []).extend(e.as_row() for e in errors)
+    conv.errors.extend(e.as_row() for e in errors)
     if not conv.turns:
         conv.status = "empty"
         conv.error = "conversation has no turns with text"
@@ -152,6 +152,6 @@ def error_conversation(entry: ErrorEntry) -> Conversation:
     cid = "error-" + hashlib.sha1(key.encode()).hexdigest()[:12]
     entry.conversation_id = cid
     conv = Conversation(conversation_id=cid, source="error", source_file=entry.source_file, status="error", error=entry.message)
-    conv.stats["errors"] = [entry.as_row()]
+    conv.errors = [entry.as_row()]
     log.warning("%s", entry.message)
     return conv

@@ -69,7 +69,7 @@ def read_file(path: str, cfg: ReadConfig) -> Iterator[Conversation]:
     for conv in convs:
         if first and utf8_errors:
             # Attach decode problems to the first conversation so they land in `errors`.
-            conv.stats.setdefault("errors", []).extend(e.as_row() for e in utf8_errors)
+            conv.errors.extend(e.as_row() for e in utf8_errors)
             first = False
         yield conv
     if first and utf8_errors:
