@@ -8,17 +8,25 @@ printed as one sentence with exit code 2, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import sys
 
-from .config import ConfigError, load_config
+from lychee_ray.ablate.grid import load_grid
+from lychee_ray.ablate.runner import run_ablation
+from lychee_ray.config import ConfigError, load_config
+from lychee_ray.evaluate.job import run_evaluate
+from lychee_ray.ingest.job import run_ingest
+from lychee_ray.io.readers.common import InputError
+from lychee_ray.llm.serve import serve
+from lychee_ray.query.memory import Memory, MemoryAnswer
+from lychee_ray.store.manifest import StoreError
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, FileNotFoundError)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from .read import InputError
-    from .store import StoreError
 
     return USER_ERRORS + (InputError, StoreError)
 
@@ -44,11 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--questions", default=None, help="questions file (JSONL/Parquet); default: the store's questions table")
 
-    p = sub.add_parser("query", help="show the memory records retrieved for a question")
+    p = sub.add_parser("query", help="show the memory records retrieved for a question (and its answer)")
     _add_config(p)
     p.add_argument("--store", required=True)
     p.add_argument("--conversation", required=True)
-    p.add_argument("-k", type=int, default=8)
+    p.add_argument("-k", type=int, default=8, help="items shown (default: %(default)s); the answer sees the whole selection")
+    p.add_argument("--answer", action="store_true", help="also answer the question and show its token usage")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("question")
 
     p = sub.add_parser("serve", help="start vLLM (OpenAI-compatible) for the job and wait")
@@ -74,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_ingest(args, cfg) -> int:
-    from .pipeline import run_ingest
 
     summary = run_ingest(cfg, args.input, args.out)
     print(summary.render())
@@ -82,7 +91,6 @@ def cmd_ingest(args, cfg) -> int:
 
 
 def cmd_evaluate(args, cfg) -> int:
-    from .evaluate import run_evaluate
 
     result = run_evaluate(cfg, args.store, args.out, questions_path=args.questions)
     print(result.render())
@@ -90,20 +98,61 @@ def cmd_evaluate(args, cfg) -> int:
 
 
 def cmd_query(args, cfg) -> int:
-    from .retrieve import query_command
-
-    print(query_command(cfg, args.store, args.conversation, args.question, args.k))
+    """A thin printer over `Memory`: the same plan, retrieval and answer an agent gets."""
+    answered: MemoryAnswer | None = None
+    with Memory.open(args.store, cfg) as memory:
+        if args.answer:
+            answered = memory.answer(args.conversation, args.question)
+            asked_at, plan, selected = answered.asked_at, answered.plan, answered.evidence
+        else:
+            found = memory.recall(args.conversation, args.question)
+            asked_at, plan, selected = found.asked_at, found.plan, found.items
+        items = selected[: max(0, args.k)]
+        shown = list(dict.fromkeys(t for item in items for t in item.source_turn_ids[:QUERY_SOURCES_SHOWN]))
+        turns = {t["turn_id"]: t for t in memory.turns(args.conversation, shown).to_pylist()}
+    if args.json:
+        out = {
+            "question": args.question,
+            "conversation_id": args.conversation,
+            "asked_at": asked_at,
+            "plan": plan.model_dump(mode="json"),
+            "items": [dataclasses.asdict(item) for item in items],
+        }
+        if answered is not None:
+            out.update(answer=answered.answer, usage=dataclasses.asdict(answered.usage), errors=answered.errors)
+        print(json.dumps(out, ensure_ascii=False))
+        return 0
+    lines = [f"{args.conversation}: {args.question}", f"asked at: {asked_at}", f"plan: {plan.model_dump_json()}", ""]
+    for i, item in enumerate(items, start=1):
+        lines.append(f"{i}. [{item.type or 'raw turn'}] {item.text}")
+        if item.time:
+            lines.append(f"   time: {item.time}")
+        if item.entities:
+            lines.append(f"   entities: {', '.join(item.entities)}")
+        lines.append(f"   sources: {', '.join(item.source_turn_ids)} (score {item.score:.4f})")
+        for tid in item.source_turn_ids[:QUERY_SOURCES_SHOWN]:
+            if t := turns.get(tid):
+                lines.append(f"   <- {tid} {t['speaker']}: {t['text'][:160]}")
+    if not items:
+        lines.append("(no memory matched)")
+    if answered is not None:
+        u = answered.usage
+        lines += ["", f"answer: {answered.answer}",
+                  f"usage: {u.prompt_tokens} prompt + {u.completion_tokens} completion tokens in {u.calls} LLM calls"]
+        lines += [f"llm error (fell back to rules): {e}" for e in answered.errors]
+    print("\n".join(lines))
     return 0
 
 
+QUERY_SOURCES_SHOWN = 3  # source turns quoted under each shown item
+
+
 def cmd_serve(args, cfg) -> int:
-    from .serve import serve
 
     return serve(cfg)
 
 
 def cmd_ablate(args, cfg) -> int:
-    from .ablate import load_grid, run_ablation
 
     result = run_ablation(load_grid(args.config, args.set), args.input, args.out)
     print(result.render())

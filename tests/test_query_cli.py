@@ -1,5 +1,7 @@
 """`lychee-ray query` as a person runs it (a subprocess on the real LoCoMo dev store): it prints
-records with type, time, entities and source turns; bad input is one sentence and exit code 2."""
+records with type, time, entities and source turns; `--answer` adds the answer and its usage,
+`--json` prints one JSON object; bad input is one sentence and exit code 2. The command is a thin
+wrapper over `lychee_ray.Memory` (tests/test_memory.py tests the API itself)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import sys
 
 import pyarrow.parquet as pq
 
+from lychee_ray import Memory
+from lychee_ray.cli import main
+from lychee_ray.config import load_config
 from lychee_ray.schemas import RECORD_TYPES
 
 from .conftest import REPO
@@ -18,11 +23,11 @@ from .conftest import REPO
 LOCAL = str(REPO / "configs" / "local.yaml")
 
 
-def run_query(store, conversation: str, question: str) -> subprocess.CompletedProcess:
+def run_query(store, conversation: str, question: str, *flags: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "lychee_ray.cli", "query", "--config", LOCAL, "--store", str(store),
-           "--conversation", conversation, "-k", "5", question]
+           "--conversation", conversation, "-k", "5", *flags, question]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 def assert_one_sentence(proc: subprocess.CompletedProcess, *must_contain: str) -> None:
@@ -76,3 +81,47 @@ def test_query_prints_records_with_type_time_entities_and_source_turns(locomo_de
     for src in sources:
         tid, speaker, text = src.split(" ", 1)[0], src.split(" ", 2)[1].rstrip(":"), src.split(": ", 1)[1]
         assert turns[tid]["speaker"] == speaker and turns[tid]["text"].startswith(text)
+
+
+def conv26_turns(store) -> dict[str, dict]:
+    return {t["turn_id"]: t for t in pq.read_table(store / "turns").to_pylist() if t["conversation_id"] == "conv-26"}
+
+
+def test_query_json_is_one_object_with_the_items(locomo_dev_store):
+    question = "When did Melanie go camping in June?"
+    proc = run_query(locomo_dev_store, "conv-26", question, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)  # the whole stdout is one JSON object
+    assert (out["question"], out["conversation_id"], out["asked_at"]) == (question, "conv-26", "2023-10-22")
+    assert out["plan"]["routes"][0]["time_window"] == {"start": "2023-06-01", "end": "2023-06-30"}
+    assert "answer" not in out and "usage" not in out
+    items = out["items"]
+    assert 1 <= len(items) <= 5 and any("camping" in i["text"] for i in items)
+    turns = conv26_turns(locomo_dev_store)
+    for i in items:
+        assert set(i) == {"text", "type", "time", "entities", "source_turn_ids", "score", "kind", "key"}
+        assert i["kind"] in ("record", "turn") and i["score"] > 0
+        assert i["source_turn_ids"] and all(t in turns for t in i["source_turn_ids"])
+    # the same items Memory gives an agent, in the same order
+    with Memory.open(locomo_dev_store, load_config(LOCAL)) as memory:
+        assert [i.key for i in memory.search("conv-26", question, budget_tokens=None, k=5)] == [i["key"] for i in items]
+
+
+def test_query_answer_prints_the_answer_and_its_usage(locomo_dev_store):
+    proc = run_query(locomo_dev_store, "conv-26", "What did Caroline research?", "--answer")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    answer = [line.removeprefix("answer: ") for line in lines if line.startswith("answer: ")]
+    assert len(answer) == 1 and answer[0].strip()
+    assert "usage: 0 prompt + 0 completion tokens in 0 LLM calls" in lines  # rules backend
+    assert any(line[:1].isdigit() and ". [" in line for line in lines)  # the items are still shown
+    assert not any(line.startswith("llm error") for line in lines)
+
+
+def test_query_answer_json_in_process(locomo_dev_store, capsys):
+    rc = main(["query", "--config", LOCAL, "--store", str(locomo_dev_store), "--conversation", "conv-30",
+               "-k", "3", "--answer", "--json", "Why did Jon decide to start his dance studio?"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["answer"].strip() and 1 <= len(out["items"]) <= 3
+    assert out["usage"]["calls"] == 0 and out["errors"] == []

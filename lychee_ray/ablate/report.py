@@ -87,8 +87,7 @@ def quality_columns(items: list, categories: list[str], estimated: bool) -> dict
     if estimated:
         out["query_tokens"] = _mean((i.est_prompt_tokens or 0) + (i.est_completion_tokens or 0) for i in ok)
     else:
-        u = [i.usage for i in ok]
-        out["query_tokens"] = _mean(x["plan_prompt"] + x["plan_completion"] + x["answer_prompt"] + x["answer_completion"] for x in u)
+        out["query_tokens"] = _mean(i.plan_usage.total_tokens + i.answer_usage.total_tokens for i in ok)
     out["query_tokens_estimated"] = estimated
     out["context_tokens"] = _mean(i.context_tokens for i in ok)
     truncated = [i for i in ok if i.dropped_turns]

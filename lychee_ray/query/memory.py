@@ -1,0 +1,328 @@
+"""`Memory`: the public API for agents over one memory store.
+
+An agent (or any Python program) opens a store that `lychee-ray ingest` wrote and asks it
+questions, one conversation at a time::
+
+    with Memory.open("out/store") as memory:
+        items = memory.search("conv-26", "Where did Caroline move from?")
+        reply = memory.answer("conv-26", "Where did Caroline move from?")
+
+It is the path `lychee-ray evaluate` measures, not a second one: the same `Planner` (the
+configured backend: rules, or the LLM under `llm.backend: openai`), the same `Retriever` with
+the same channels, RRF fusion, optional cross-encoder rerank and MMR selection under a token
+budget, and the same `Answerer` (extractive under rules, one LLM call under openai). Evaluate
+runs those pieces as Ray stages over many questions (`evaluate/stages.py`); `Memory` runs them
+in-process for one question at a time. `lychee-ray query` is a thin printer over `Memory`.
+
+The API is synchronous on purpose: an agent loop calls it between its own steps, and a sync call
+composes with any caller (plain scripts, threads, notebooks) without lending it an event loop.
+The LLM client is async inside, so each LLM step runs under `run_closing` on a fresh client:
+the loop and its HTTP pool begin and end inside the call, and nothing leaks between calls. A
+`Memory` holds one DuckDB connection (see `Store`): use it from one thread at a time, and open
+one per thread otherwise. The store, the embedding model and the optional reranker are loaded
+once, at `Memory.open`.
+
+Every query is parameterized: user input (conversation ids, types, dates) is bound, never
+formatted into SQL. An unknown conversation id is a one-sentence `StoreError`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+import pyarrow as pa
+
+from lychee_ray.config import ConfigError, LycheeConfig, load_config
+from lychee_ray.dates import parse_iso_date
+from lychee_ray.embedding import Embedder
+from lychee_ray.llm.client import LLMClient, Usage, run_closing
+from lychee_ray.query.answer import Answerer, Outcome, Planner
+from lychee_ray.query.rerank import CrossEncoderReranker
+from lychee_ray.query.retrieve import Evidence, Retriever, entity_names
+from lychee_ray.schemas import RECORD_TYPES, QueryPlan
+from lychee_ray.store.manifest import StoreError
+from lychee_ray.store.reader import Store, open_store
+
+# What `records()` returns: every records column but the embedding (384+ floats per row that
+# an agent has no use for; the retrieval path reads them itself).
+RECORD_COLUMNS = (
+    "conversation_id", "record_id", "segment_id", "type", "text", "entities", "topics",
+    "time_start", "time_end", "time_granularity", "time_expression", "source_turn_ids",
+    "backend", "degraded",
+)
+TURN_COLUMNS = ("conversation_id", "turn_id", "turn_idx", "session_id", "speaker", "role", "text", "timestamp")
+MAX_KNOWN_ENTITIES = 200  # the planner's known-entity list, most linked first (as evaluate's PlanStage)
+ANSWER_BENCHMARKS = ("locomo", "longmemeval")  # a conversation from these gets its benchmark's answer prompt
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """One piece of selected evidence: a memory record, or a raw turn no record covers."""
+
+    text: str
+    type: str | None  # record type (fact, event, ...); None for a raw turn
+    time: str | None  # "YYYY-MM-DD" or "start..end" for a record; the turn's day for a turn
+    entities: tuple[str, ...]
+    source_turn_ids: tuple[str, ...]
+    score: float  # fused score (RRF, or the reranker's 1/(1+rank)) the selection ranked it by
+    kind: str  # "record" | "turn"
+    key: str  # record_id, or "turn:<turn_id>"
+
+
+@dataclass
+class Recall:
+    """What one retrieval produced: the plan it followed and the selected items."""
+
+    conversation_id: str
+    question: str
+    asked_at: str | None  # the question date used for planning: the conversation's last day
+    plan: QueryPlan
+    items: list[MemoryItem]
+    usage: Usage = field(default_factory=Usage)  # of the plan call (zero under rules)
+    errors: list[str] = field(default_factory=list)  # LLM failures; a fallback was used
+
+
+@dataclass
+class MemoryAnswer:
+    """An answer with the evidence it was given and what producing it cost."""
+
+    answer: str
+    evidence: list[MemoryItem]
+    plan: QueryPlan
+    usage: Usage  # plan + answer calls, summed
+    errors: list[str] = field(default_factory=list)  # non-empty: an LLM step fell back to rules
+    asked_at: str | None = None
+
+
+class Memory:
+    """A read-only memory store, ready to search and answer. Build it with `Memory.open`."""
+
+    def __init__(self, cfg: LycheeConfig, store: Store, embedder: Embedder, reranker=None):
+        self.cfg = cfg
+        self._store = store
+        self._embedder = embedder
+        self._retriever = Retriever(store, cfg.retrieval, embedder.encode, reranker)
+        self._known = store.conversation_ids()
+        self._known_set = set(self._known)
+        self._entities: dict[str, list[str]] = {}
+        self._asked_at: dict[str, str | None] = {}
+        self._benchmark: dict[str, str] = {}
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    @classmethod
+    def open(cls, store_uri: str | Path, config: LycheeConfig | str | Path | None = None) -> Memory:
+        """Open the store at `store_uri` (a local path or a URI) and load the embedding model.
+
+        `config`: a `LycheeConfig`, the path of a YAML config, or None for the defaults (rules
+        backend, the bundled MiniLM: offline, no LLM). The embedding settings must be the ones
+        the store was built with; any mismatch or store problem is a one-sentence StoreError.
+        """
+        cfg = _config(config)
+        if cfg.llm.backend == "openai":
+            try:
+                LLMClient(cfg.llm)  # fail here, not at the first question, when no key is set
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+        store = open_store(str(store_uri), cfg)
+        try:
+            embedder = Embedder(cfg.embedding)
+            reranker = CrossEncoderReranker(cfg.retrieval.rerank) if cfg.retrieval.rerank.enabled else None
+            return cls(cfg, store, embedder, reranker)
+        except BaseException:
+            store.close()
+            raise
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise StoreError("this Memory is closed.")
+        return self._store
+
+    # ---- reads -----------------------------------------------------------------------------------
+    def conversations(self) -> list[str]:
+        """The ids of the conversations in the store, sorted."""
+        return list(self._known)
+
+    def search(self, conversation_id: str, query: str, budget_tokens: int | None = 1500,
+               k: int | None = None) -> list[MemoryItem]:
+        """The evidence the answer step would see for `query`, in selection order: planned,
+        retrieved over every channel, fused, (reranked,) and MMR-selected within `budget_tokens`
+        (None: `retrieval.context_token_budget`); the first `k` when `k` is given."""
+        items = self.recall(conversation_id, query, budget_tokens).items
+        return items if k is None else items[: max(0, k)]
+
+    def recall(self, conversation_id: str, query: str, budget_tokens: int | None = None) -> Recall:
+        """`search` with its context: the plan, the question date used and the plan's cost."""
+        self._check(conversation_id)
+        asked_at = self._question_date(conversation_id)
+        client = self._client()
+        planner = Planner(self.cfg, client)
+        tag = f"memory/{conversation_id}"
+        out: Outcome = run_closing(planner.plan(query, asked_at, self._known_entities(conversation_id), tag), client)
+        retrieval = self._retriever.retrieve(conversation_id, out.value, query, budget=budget_tokens)
+        scores = dict(retrieval.fused)
+        items = [_item(e, scores.get(e.key, 0.0)) for e in retrieval.selected]
+        errors = [f"plan: {out.error}"] if out.error else []
+        return Recall(conversation_id, query, asked_at, out.value, items, out.usage, errors)
+
+    def answer(self, conversation_id: str, question: str, budget_tokens: int | None = None) -> MemoryAnswer:
+        """Plan, retrieve and answer `question` (one LLM call each for plan and answer under
+        `llm.backend: openai`; extractive under rules). An LLM failure never raises: the rules
+        fallback answers and `errors` says what failed."""
+        found = self.recall(conversation_id, question, budget_tokens)
+        client = self._client()
+        answerer = Answerer(self.cfg, client)
+        evidence = [(item.time, item.text) for item in found.items]  # as evaluate's RetrieveStage
+        tag = f"memory/{conversation_id}"
+        out: Outcome = run_closing(
+            answerer.answer(self._benchmark_of(conversation_id), question, found.asked_at, evidence, tag), client
+        )
+        errors = found.errors + ([f"answer: {out.error}"] if out.error else [])
+        return MemoryAnswer(
+            answer=str(out.value or ""),
+            evidence=found.items,
+            plan=found.plan,
+            usage=found.usage + out.usage,
+            errors=errors,
+            asked_at=found.asked_at,
+        )
+
+    def records(self, conversation_id: str, type: str | None = None, since=None, until=None) -> pa.Table:
+        """The conversation's memory records (no embeddings) as an Arrow table, in segment order.
+
+        `type`: one record type (fact, preference, event, ...). `since` / `until`: dates (ISO
+        strings, `date`s or `datetime`s; "2023-06" means its first day for `since` and its last
+        for `until`) that keep the records whose [time_start, time_end] overlaps the window;
+        records with no time are left out when either is given."""
+        self._check(conversation_id)
+        return select_records(self.store, conversation_id, type=type, since=since, until=until)
+
+    def turns(self, conversation_id: str, turn_ids: Sequence[str] | None = None) -> pa.Table:
+        """The conversation's turns (no embeddings), in order; only `turn_ids` when given. The
+        source of an item: `memory.turns(cid, item.source_turn_ids)`."""
+        self._check(conversation_id)
+        return select_turns(self.store, conversation_id, turn_ids)
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    def _check(self, conversation_id: str) -> None:
+        if conversation_id not in self._known_set:
+            raise StoreError(unknown_conversation(conversation_id, self.store.path, self._known))
+
+    def _client(self) -> LLMClient | None:
+        """A fresh client per LLM step (its HTTP pool lives and dies on that step's loop)."""
+        return LLMClient(self.cfg.llm) if self.cfg.llm.backend == "openai" else None
+
+    def _known_entities(self, conversation_id: str) -> list[str]:
+        if conversation_id not in self._entities:
+            self._entities[conversation_id] = entity_names(self.store, conversation_id)[:MAX_KNOWN_ENTITIES]
+        return self._entities[conversation_id]
+
+    def _question_date(self, conversation_id: str) -> str | None:
+        """Asked now, i.e. after the conversation: relative dates ("in June") resolve against
+        the day of its last timestamped turn."""
+        if conversation_id not in self._asked_at:
+            rows = self.store.sql(
+                'SELECT max(t."timestamp") AS last FROM turns t WHERE t.conversation_id = $cid',
+                {"cid": conversation_id},
+            )
+            last = rows[0]["last"] if rows else None
+            self._asked_at[conversation_id] = last.date().isoformat() if last is not None else None
+        return self._asked_at[conversation_id]
+
+    def _benchmark_of(self, conversation_id: str) -> str:
+        """The answer prompt evaluate would use: the conversation's source benchmark, else generic."""
+        if conversation_id not in self._benchmark:
+            rows = self.store.sql(
+                "SELECT c.source FROM conversations c WHERE c.conversation_id = $cid LIMIT 1", {"cid": conversation_id}
+            )
+            source = rows[0]["source"] if rows else None
+            self._benchmark[conversation_id] = source if source in ANSWER_BENCHMARKS else "generic"
+        return self._benchmark[conversation_id]
+
+
+# --------------------------------------------------------------------------------------------
+# Parameterized reads (module level so they can be tested without the known-id check)
+# --------------------------------------------------------------------------------------------
+def select_records(store: Store, conversation_id: str, type: str | None = None, since=None, until=None) -> pa.Table:
+    if type is not None and type not in RECORD_TYPES:
+        raise ValueError(f"type must be one of {', '.join(RECORD_TYPES)}; got {type!r}")
+    params = {
+        "cid": conversation_id,
+        "type": type,
+        "s": _bound_date(since, "since", end=False),
+        "e": _bound_date(until, "until", end=True),
+    }
+    columns = ", ".join(f'r."{c}"' for c in RECORD_COLUMNS)
+    query = f"""
+        SELECT {columns} FROM records r
+        WHERE r.conversation_id = $cid
+          AND ($type::VARCHAR IS NULL OR r.type = $type::VARCHAR)
+          AND ($s::DATE IS NULL OR coalesce(r.time_end, r.time_start) >= $s::DATE)
+          AND ($e::DATE IS NULL OR coalesce(r.time_start, r.time_end) <= $e::DATE)
+        ORDER BY r.segment_id, r.record_id
+    """
+    return store.con.sql(query, params=params).to_arrow_table()
+
+
+def select_turns(store: Store, conversation_id: str, turn_ids: Sequence[str] | None = None) -> pa.Table:
+    columns = ", ".join(f't."{c}"' for c in TURN_COLUMNS)
+    params: dict = {"cid": conversation_id}
+    only = ""
+    if turn_ids is not None:
+        only = " AND list_contains($tids, t.turn_id)"
+        params["tids"] = [str(t) for t in turn_ids] or [""]
+    query = f"SELECT {columns} FROM turns t WHERE t.conversation_id = $cid{only} ORDER BY t.turn_idx"
+    return store.con.sql(query, params=params).to_arrow_table()
+
+
+def unknown_conversation(conversation_id: str, store_dir: str, known_ids: list[str]) -> str:
+    shown = ", ".join(known_ids[:5]) + (", ..." if len(known_ids) > 5 else "")
+    holds = f"it holds {len(known_ids)} conversations: {shown}" if known_ids else "it holds no conversations"
+    return f"conversation {conversation_id!r} is not in the store at {store_dir} ({holds})."
+
+
+def _bound_date(value, name: str, end: bool) -> dt.date | None:
+    if value is None:
+        return None
+    d = parse_iso_date(value, end=end)
+    if d is None:
+        raise ValueError(f"{name} must be an ISO date (YYYY-MM-DD, YYYY-MM or YYYY), got {value!r}")
+    return d
+
+
+def _config(config: LycheeConfig | str | Path | None) -> LycheeConfig:
+    if config is None:
+        return LycheeConfig()
+    if isinstance(config, LycheeConfig):
+        return config
+    if isinstance(config, (str, Path)):
+        return load_config(config)
+    raise TypeError(f"config must be a LycheeConfig, a YAML path or None, got {type(config).__name__}")
+
+
+def _item(e: Evidence, score: float) -> MemoryItem:
+    return MemoryItem(
+        text=e.text,
+        type=e.type,
+        time=e.time,
+        entities=tuple(e.entities),
+        source_turn_ids=tuple(e.source_turn_ids),
+        score=float(score),
+        kind=e.kind,
+        key=e.key,
+    )
