@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import re
@@ -160,7 +161,8 @@ def test_records_filter_by_type_and_time_like_a_direct_query(memory, locomo_dev_
     assert by_dates.column("record_id").to_pylist() == june.column("record_id").to_pylist()
     june_events = memory.records("conv-26", type="event", since="2023-06-01", until="2023-06-30")
     assert set(june_events.column("record_id").to_pylist()) == in_june & expected
-    assert memory.records("conv-26", since="2023-07-01", until="2023-06-01").num_rows == 0
+    with pytest.raises(ValueError, match="is after until"):
+        memory.records("conv-26", since="2023-07-01", until="2023-06-01")
 
 
 def test_hostile_input_is_bound_never_formatted(memory):
@@ -174,7 +176,11 @@ def test_hostile_input_is_bound_never_formatted(memory):
     with pytest.raises(ValueError, match="type must be one of"):
         memory.records("conv-26", type="event' OR 1=1 --")
     with pytest.raises(ValueError, match="since must be an ISO date"):
-        memory.records("conv-26", since="2023-06-01' OR 1=1 --")
+        memory.records("conv-26", since="June' OR 1=1 --")
+    # only the parsed date is bound: a trailing payload after an ISO date is ignored, not run
+    tail = memory.records("conv-26", since="2023-06-01' OR 1=1 --", until="2023-06-30")
+    assert tail.column("record_id").to_pylist() == memory.records("conv-26", since="2023-06-01", until="2023-06-30").column("record_id").to_pylist()
+    assert 0 < tail.num_rows < memory.records("conv-26").num_rows
 
 
 def test_unknown_conversation_names_the_store_and_known_ids(memory, locomo_dev_store):
@@ -200,7 +206,7 @@ def test_search_selects_what_evaluate_selects(memory, locomo_dev_store):
     asked_at = duckdb.sql(
         f"select cast(max(timestamp) as date)::varchar from read_parquet('{locomo_dev_store}/turns/*.parquet') "
         "where conversation_id = 'conv-26'"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     items = [
         QAItem(conversation_id="conv-26", question_id=f"q{i}", question=q, gold="", category="single_hop",
                evidence_turn_ids=[], question_date=asked_at)
@@ -231,3 +237,24 @@ def test_search_selects_what_evaluate_selects(memory, locomo_dev_store):
     # a smaller budget selects less
     small = memory.search("conv-26", QUESTIONS[1], budget_tokens=200)
     assert 0 < len(small) < len(memory.search("conv-26", QUESTIONS[1]))
+
+
+def test_sync_api_works_from_inside_an_event_loop(memory):
+    """An async agent (or a notebook) calls the sync API from a running loop: no nested
+    asyncio.run error, and the same selection as a plain call."""
+    question = QUESTIONS[1]
+    plain = [i.key for i in memory.search("conv-26", question)]
+
+    async def agent_step():
+        return memory.search("conv-26", question), memory.answer("conv-26", question)
+
+    items, reply = asyncio.run(agent_step())
+    assert [i.key for i in items] == plain and reply.answer.strip()
+
+
+def test_a_closed_memory_says_so(locomo_dev_store):
+    m = Memory.open(locomo_dev_store)
+    m.close()
+    m.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        m.search("conv-26", "anything")

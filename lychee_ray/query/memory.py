@@ -16,11 +16,13 @@ in-process for one question at a time. `lychee-ray query` is a thin printer over
 
 The API is synchronous on purpose: an agent loop calls it between its own steps, and a sync call
 composes with any caller (plain scripts, threads, notebooks) without lending it an event loop.
-The LLM client is async inside, so each LLM step runs under `run_closing` on a fresh client:
-the loop and its HTTP pool begin and end inside the call, and nothing leaks between calls. A
+The planner and answerer are async inside (they share the LLM client with evaluate), so each step
+runs under `run_closing` with a fresh client (`Planner`/`Answerer` are a config and a client,
+built per step): the loop and its HTTP pool begin and end inside the call, and nothing leaks
+between calls. Called from inside a running loop, a step runs on a helper thread instead. A
 `Memory` holds one DuckDB connection (see `Store`): use it from one thread at a time, and open
-one per thread otherwise. The store, the embedding model and the optional reranker are loaded
-once, at `Memory.open`.
+one per thread otherwise. The store is opened once, at `Memory.open`; the embedding model and
+the optional reranker load once, at the first search.
 
 Every query is parameterized: user input (conversation ids, types, dates) is bound, never
 formatted into SQL. An unknown conversation id is a one-sentence `StoreError`.
@@ -28,8 +30,10 @@ formatted into SQL. An unknown conversation id is a one-sentence `StoreError`.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -101,11 +105,12 @@ class MemoryAnswer:
 class Memory:
     """A read-only memory store, ready to search and answer. Build it with `Memory.open`."""
 
-    def __init__(self, cfg: LycheeConfig, store: Store, embedder: Embedder, reranker=None):
+    def __init__(self, cfg: LycheeConfig, store: Store, embedder: Embedder | None = None, reranker=None):
         self.cfg = cfg
         self._store = store
         self._embedder = embedder
-        self._retriever = Retriever(store, cfg.retrieval, embedder.encode, reranker)
+        self._reranker = reranker
+        self._retriever: Retriever | None = None
         self._known = store.conversation_ids()
         self._known_set = set(self._known)
         self._entities: dict[str, list[str]] = {}
@@ -115,11 +120,13 @@ class Memory:
     # ---- lifecycle ----------------------------------------------------------------------------
     @classmethod
     def open(cls, store_uri: str | Path, config: LycheeConfig | str | Path | None = None) -> Memory:
-        """Open the store at `store_uri` (a local path or a URI) and load the embedding model.
+        """Open the store at `store_uri` (a local path or a URI).
 
         `config`: a `LycheeConfig`, the path of a YAML config, or None for the defaults (rules
         backend, the bundled MiniLM: offline, no LLM). The embedding settings must be the ones
         the store was built with; any mismatch or store problem is a one-sentence StoreError.
+        The embedding model (and the reranker, when enabled) load once, at the first `search`
+        or `answer`, so a wrong id or path fails in milliseconds, not after a model load.
         """
         cfg = _config(config)
         if cfg.llm.backend == "openai":
@@ -129,9 +136,7 @@ class Memory:
                 raise ConfigError(str(exc)) from exc
         store = open_store(str(store_uri), cfg)
         try:
-            embedder = Embedder(cfg.embedding)
-            reranker = CrossEncoderReranker(cfg.retrieval.rerank) if cfg.retrieval.rerank.enabled else None
-            return cls(cfg, store, embedder, reranker)
+            return cls(cfg, store)
         except BaseException:
             store.close()
             raise
@@ -173,8 +178,8 @@ class Memory:
         client = self._client()
         planner = Planner(self.cfg, client)
         tag = f"memory/{conversation_id}"
-        out: Outcome = run_closing(planner.plan(query, asked_at, self._known_entities(conversation_id), tag), client)
-        retrieval = self._retriever.retrieve(conversation_id, out.value, query, budget=budget_tokens)
+        out: Outcome = _run_sync(planner.plan(query, asked_at, self._known_entities(conversation_id), tag), client)
+        retrieval = self._get_retriever().retrieve(conversation_id, out.value, query, budget=budget_tokens)
         scores = dict(retrieval.fused)
         items = [_item(e, scores.get(e.key, 0.0)) for e in retrieval.selected]
         errors = [f"plan: {out.error}"] if out.error else []
@@ -189,7 +194,7 @@ class Memory:
         answerer = Answerer(self.cfg, client)
         evidence = [(item.time, item.text) for item in found.items]  # as evaluate's RetrieveStage
         tag = f"memory/{conversation_id}"
-        out: Outcome = run_closing(
+        out: Outcome = _run_sync(
             answerer.answer(self._benchmark_of(conversation_id), question, found.asked_at, evidence, tag), client
         )
         errors = found.errors + ([f"answer: {out.error}"] if out.error else [])
@@ -220,8 +225,19 @@ class Memory:
 
     # ---- helpers ---------------------------------------------------------------------------------
     def _check(self, conversation_id: str) -> None:
+        store = self.store  # a closed Memory says so
         if conversation_id not in self._known_set:
-            raise StoreError(unknown_conversation(conversation_id, self.store.path, self._known))
+            raise StoreError(unknown_conversation(conversation_id, store.path, self._known))
+
+    def _get_retriever(self) -> Retriever:
+        """The evaluate Retriever over this store; its models load on first use, once."""
+        if self._retriever is None:
+            if self._embedder is None:
+                self._embedder = Embedder(self.cfg.embedding)
+            if self._reranker is None and self.cfg.retrieval.rerank.enabled:
+                self._reranker = CrossEncoderReranker(self.cfg.retrieval.rerank)
+            self._retriever = Retriever(self.store, self.cfg.retrieval, self._embedder.encode, self._reranker)
+        return self._retriever
 
     def _client(self) -> LLMClient | None:
         """A fresh client per LLM step (its HTTP pool lives and dies on that step's loop)."""
@@ -261,12 +277,10 @@ class Memory:
 def select_records(store: Store, conversation_id: str, type: str | None = None, since=None, until=None) -> pa.Table:
     if type is not None and type not in RECORD_TYPES:
         raise ValueError(f"type must be one of {', '.join(RECORD_TYPES)}; got {type!r}")
-    params = {
-        "cid": conversation_id,
-        "type": type,
-        "s": _bound_date(since, "since", end=False),
-        "e": _bound_date(until, "until", end=True),
-    }
+    start, end = _bound_date(since, "since", end=False), _bound_date(until, "until", end=True)
+    if start is not None and end is not None and start > end:
+        raise ValueError(f"since ({start}) is after until ({end})")
+    params = {"cid": conversation_id, "type": type, "s": start, "e": end}
     columns = ", ".join(f'r."{c}"' for c in RECORD_COLUMNS)
     query = f"""
         SELECT {columns} FROM records r
@@ -303,6 +317,18 @@ def _bound_date(value, name: str, end: bool) -> dt.date | None:
     if d is None:
         raise ValueError(f"{name} must be an ISO date (YYYY-MM-DD, YYYY-MM or YYYY), got {value!r}")
     return d
+
+
+def _run_sync(coro, client: LLMClient | None):
+    """Run one plan or answer step to completion on its own event loop, closing its client.
+    Called from inside a running loop (a notebook, an async agent framework), where asyncio.run
+    cannot nest, the step runs on a helper thread; the caller blocks as with any sync call."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_closing(coro, client)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lychee-memory") as pool:
+        return pool.submit(run_closing, coro, client).result()
 
 
 def _config(config: LycheeConfig | str | Path | None) -> LycheeConfig:
