@@ -23,12 +23,8 @@ from lychee_ray.llm.serve import serve
 from lychee_ray.query.memory import Memory, MemoryAnswer
 from lychee_ray.store.manifest import StoreError
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, FileNotFoundError)
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-
-    return USER_ERRORS + (InputError, StoreError)
+# Expected user errors: one sentence and rc 2, never a traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, FileNotFoundError, InputError, StoreError)
 
 
 def _add_config(p: argparse.ArgumentParser, default: str | None = "configs/local.yaml") -> None:
@@ -78,20 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         # ablate's --config is a grid spec, not a LycheeConfig; it loads its own.
         cfg = None if args.command == "ablate" else load_config(args.config, args.set)
         return COMMANDS[args.command](args, cfg)
-    except _user_errors() as exc:
+    except USER_ERRORS as exc:
         print(f"lychee-ray {args.command}: {exc}", file=sys.stderr)
         return 2
 
 
 def cmd_ingest(args, cfg) -> int:
-
     summary = run_ingest(cfg, args.input, args.out)
     print(summary.render())
     return 0
 
 
 def cmd_evaluate(args, cfg) -> int:
-
     result = run_evaluate(cfg, args.store, args.out, questions_path=args.questions)
     print(result.render())
     return 0
@@ -148,12 +142,10 @@ QUERY_SOURCES_SHOWN = 3  # source turns quoted under each shown item
 
 
 def cmd_serve(args, cfg) -> int:
-
     return serve(cfg)
 
 
 def cmd_ablate(args, cfg) -> int:
-
     result = run_ablation(load_grid(args.config, args.set), args.input, args.out)
     print(result.render())
     return 0

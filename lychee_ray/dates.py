@@ -78,13 +78,19 @@ def parse_source_datetime(s) -> datetime | None:
     return None
 
 
-def as_date(value) -> date | None:
-    if value is None:
-        return None
+def _date_of(value) -> date | None:
+    """The date of a date or a datetime (a datetime is a date too: test it first); else None."""
     if isinstance(value, datetime):
         return value.date()
-    if isinstance(value, date):
-        return value
+    return value if isinstance(value, date) else None
+
+
+def as_date(value) -> date | None:
+    """Any source stamp (see `parse_source_datetime`), a date or a datetime -> the date."""
+    if value is None:
+        return None
+    if (d := _date_of(value)) is not None:
+        return d
     dt = parse_source_datetime(value)
     return dt.date() if dt else None
 
@@ -120,10 +126,8 @@ def parse_iso_date(value, *, end: bool = False) -> date | None:
     record's time range or a plan's window may be that coarse. None when it does not parse."""
     if value is None:
         return None
-    if isinstance(value, datetime):
-        return value.date()
-    if isinstance(value, date):
-        return value
+    if (d := _date_of(value)) is not None:
+        return d
     text = str(value).strip()
     try:
         if _YEAR_ONLY.fullmatch(text):

@@ -31,3 +31,13 @@ NORMALIZE_NAME_SQL = (
     "CREATE MACRO lychee_norm(x) AS regexp_replace(trim(regexp_replace(regexp_replace(lower(x), "
     "'[''’]s\\b', '', 'g'), '[^\\p{L}\\p{N}]+', ' ', 'g')), '^(the|a|an) +', '')"
 )
+
+
+_SPACES = re.compile(r"\s+")
+
+
+def display_form(name: str) -> str:
+    """How a topic or entity-topic node is shown: trimmed of edge punctuation, single spaces,
+    case-folded ("self-acceptance" stays readable). Only for display; compare with
+    `normalize_name`."""
+    return _SPACES.sub(" ", name.strip().strip(".,;:!?\"'()[]")).casefold()

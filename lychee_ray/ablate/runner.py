@@ -157,7 +157,6 @@ def read_conversations(cfg: LycheeConfig, input_path: str, limit: int | None) ->
 
 
 def embed_turns(convs: list[Conversation], embedder: CountingEmbedder, cfg: LycheeConfig) -> None:
-
     stage = EmbedTurnsStage(cfg.embedding)
     stage.embedder = embedder
     embedder.phase = "turns"
@@ -183,7 +182,6 @@ def segmentation_key(cfg: LycheeConfig, matched: Segmentation | None) -> str:
 
 
 def segment_all(convs: list[Conversation], cfg: LycheeConfig, matched: Segmentation | None, key: str) -> Segmentation:
-
     start = time.perf_counter()
     out = copy.deepcopy(convs)
     if matched is None:
@@ -231,7 +229,6 @@ def first_per_conversation(items: list, limit: int | None) -> list:
 
 
 def evaluate_store(build: Build, cfg: LycheeConfig, embedder: CountingEmbedder, out_dir: Path, key: str, variant: str, per_conv: int | None = None) -> Evaluation:
-
     start = time.perf_counter()
     store = open_store(build.store_dir, cfg)
     items = first_per_conversation(load_questions(store, cfg, None), per_conv)
@@ -248,7 +245,6 @@ def evaluate_store(build: Build, cfg: LycheeConfig, embedder: CountingEmbedder, 
 # References: full context and naive RAG, answered and judged like the variants
 # --------------------------------------------------------------------------------------------
 def evaluate_reference(ref: ReferenceSpec, build: Build, cfg: LycheeConfig, embedder: CountingEmbedder, out_dir: Path, per_conv: int | None = None) -> Evaluation:
-
     start = time.perf_counter()
     store = open_store(build.store_dir, cfg)
     items = first_per_conversation([i for i in load_questions(store, cfg, None) if i.status == "ok"], per_conv)
@@ -331,7 +327,6 @@ def estimate_query_tokens(items: list, store, with_plan: bool) -> None:
 
 
 def write_answers(items: list, folder: Path) -> Path:
-
     rows = []
     for item in items:
         row = answer_row(item)
@@ -393,7 +388,6 @@ class GridRunner:
 
     def embedder(self) -> CountingEmbedder:
         if self._embedder is None:
-
             self._embedder = Embedder(self.grid.base.embedding)
             self.work.embedder_loads += 1
         if not isinstance(self._embedder, CountingEmbedder):
@@ -465,7 +459,6 @@ class GridRunner:
 
 
 def run_ablation(grid: Grid, input_path: str, out_dir: str, embedder=None) -> GridResult:
-
     start = time.perf_counter()
     runner = GridRunner(grid, input_path, out_dir, embedder)
     runs = runner.run()

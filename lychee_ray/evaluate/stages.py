@@ -54,13 +54,11 @@ class PlanStage(AsyncStage):
         self.store.close()
 
     def known_entities(self, cid: str) -> list[str]:
-
         if cid not in self._entities:
             self._entities[cid] = entity_names(self.store, cid)[:200]
         return self._entities[cid]
 
     def process_batch(self, items):
-
         return run_closing(self.process_batch_async(items), self.planner.client)
 
     async def process_async(self, item: QAItem):
@@ -81,19 +79,16 @@ class RetrieveStage(Stage):
         self.embedder = embedder  # share one loaded model when run in-process (ablation grid)
 
     def setup(self):
-
         self.store = open_store(self.store_dir, self.cfg)
         self.embedder = self.embedder or Embedder(self.cfg.embedding)
         reranker = None
         if self.cfg.retrieval.rerank.enabled:
-
             reranker = CrossEncoderReranker(self.cfg.retrieval.rerank)
         self.retriever = Retriever(self.store, self.cfg.retrieval, self.embedder.encode, reranker)
         counts = self.store.con.execute("select conversation_id, count(*) from records group by 1").fetchall()
         self.record_counts = dict(counts)
 
     def process(self, item: QAItem):
-
         if not self.record_counts.get(item.conversation_id):
             raise LookupError(f"the store has no records for conversation {item.conversation_id!r}")
         budgets = self.cfg.evaluate.recall_budgets
@@ -145,7 +140,6 @@ class AnswerStage(AsyncStage):
         self.answerer = Answerer(self.cfg, _client(self.cfg))
 
     def process_batch(self, items):
-
         return run_closing(self.process_batch_async(items), self.answerer.client)
 
     async def process_async(self, item: QAItem):
@@ -173,7 +167,6 @@ class JudgeStage(AsyncStage):
         self.client = _client(self.cfg) if self.cfg.evaluate.judge else None
 
     def process_batch(self, items):
-
         return run_closing(self.process_batch_async(items), self.client)
 
     async def process_async(self, item: QAItem):

@@ -54,5 +54,4 @@ class ReferenceContext:
 
 
 def _truncate(text: str, budget: int) -> str:
-
     return truncate_to_tokens(text, budget)

@@ -99,14 +99,11 @@ class EncodeStage(AsyncStage):
         self.client = None
 
     def setup(self) -> None:
-
         self.rules = RulesEncoder()
         if self.cfg.llm.backend == "openai":
-
             self.client = LLMClient(self.cfg.llm)
 
     def process_batch(self, convs: list[Conversation]) -> list[Conversation]:
-
         return run_closing(self.process_batch_async(convs), self.client)
 
     def work_estimate(self, conv: Conversation) -> float:

@@ -101,7 +101,6 @@ def mark_duplicates(convs: list[Conversation], registry) -> list[Conversation]:
 # Write stage
 # --------------------------------------------------------------------------------------------
 def write_batch(batch, out_dir: str, cfg: LycheeConfig):
-
     convs = unpack(batch)
     for c in convs:
         c.stats.wall_s = sum(c.seconds.values())
@@ -178,7 +177,6 @@ def build_dataset(cfg: LycheeConfig, files: list[str], out_dir: str, done_ids: f
 
 
 def run_ingest(cfg: LycheeConfig, input_path: str, out_dir: str) -> IngestSummary:
-
     start = time.perf_counter()
     files = list_input_files(input_path)
     done_ids = frozenset(prepare_output(out_dir, cfg))
@@ -194,7 +192,6 @@ def run_ingest(cfg: LycheeConfig, input_path: str, out_dir: str) -> IngestSummar
 
 def _mean_exchanges(out_dir: str) -> str:
     try:
-
         row = open_store(out_dir).con.execute("select avg(n_exchanges), count(*) from segments").fetchone()
         return f"{row[0]:.2f} (over {row[1]} segments in the store)" if row and row[1] else "n/a"
     except Exception as exc:  # the summary must never fail the job

@@ -19,7 +19,7 @@ from datetime import date, timedelta
 
 from lychee_ray.config import EmbeddingConfig, OrganizeConfig
 from lychee_ray.embedding import Embedder
-from lychee_ray.names import normalize_name
+from lychee_ray.names import display_form, normalize_name
 from lychee_ray.runtime.stage import PASS_THROUGH, Resources, Stage, mark_failed
 from lychee_ray.schemas import Conversation, MemoryRecord
 
@@ -62,7 +62,7 @@ def time_keys(rec: MemoryRecord) -> list[str]:
 def build_nodes(conv: Conversation, cfg: OrganizeConfig) -> tuple[list[dict], list[tuple[str, str]]]:
     """Nodes and record->node edges for one conversation (pure: reads records, writes nothing)."""
     cid = conv.conversation_id
-    aliases: dict[str, str] = {k: normalize_name(v) for k, v in conv.entity_aliases.items()}
+    canonical = {normalize_name(alias): name for alias, name in conv.entity_aliases.items()}
     turn_pos = _turn_positions(conv)
     members: dict[tuple[str, str], list[str]] = defaultdict(list)
     display: dict[tuple[str, str], Counter] = defaultdict(Counter)
@@ -72,18 +72,21 @@ def build_nodes(conv: Conversation, cfg: OrganizeConfig) -> tuple[list[dict], li
         display[(kind, key)][shown] += 1
 
     for rec in conv.records:
-        ents = []
+        ents: dict[str, str] = {}  # key -> display form, first mention wins
         for e in rec.entities:
-            key = aliases.get(normalize_name(e), normalize_name(e))
-            if key:
-                ents.append(key)
+            name = canonical.get(normalize_name(e), e)  # an alias ("Mel") counts as its entity
+            if key := normalize_name(name):
+                ents.setdefault(key, display_form(name))
                 link("entity", key, e.strip(), rec.record_id)
-        topics = [normalize_name(t) for t in rec.topics if normalize_name(t)]
-        for t in topics:
-            link("topic", t, t, rec.record_id)
-        for e in dict.fromkeys(ents):
-            for t in dict.fromkeys(topics):
-                link("entity_topic", f"{e}|{t}", f"{e} / {t}", rec.record_id)
+        topics: dict[str, str] = {}
+        for t in rec.topics:
+            if key := normalize_name(t):
+                topics.setdefault(key, display_form(t))
+        for key, shown in topics.items():
+            link("topic", key, shown, rec.record_id)
+        for e, e_shown in ents.items():
+            for t, t_shown in topics.items():
+                link("entity_topic", f"{e}|{t}", f"{e_shown} / {t_shown}", rec.record_id)
         for key in time_keys(rec):
             link("time", key, key, rec.record_id)
         for frame in _frames(rec, turn_pos, cfg.event_frame_turns):

@@ -55,7 +55,6 @@ def drop_bad_windows(plan: QueryPlan, tag: str) -> QueryPlan:
 
 class Planner:
     def __init__(self, cfg: LycheeConfig, client=None):
-
         self.cfg, self.client, self.rules = cfg, client, RulesPlanner()
 
     def rules_plan(self, question: str, question_date: str | None, known_entities: list[str]) -> QueryPlan:
@@ -89,7 +88,6 @@ class Answerer:
         self.cfg, self.client = cfg, client
 
     async def answer(self, benchmark: str, question: str, question_date: str | None, evidence: list[tuple[str | None, str]], tag: str) -> Outcome:
-
         if self.client is None:
             return Outcome(extractive_answer(question, [text for _, text in evidence]))
 
