@@ -3,10 +3,12 @@ counters are kept per stage, teardown runs."""
 
 from __future__ import annotations
 
+import json
 from functools import partial
 
 import pytest
 
+from lychee_ray.ingest.job import IngestSummary
 from lychee_ray.runtime.stage import AsyncStage, AsyncStageUDF, Resources, Stage, StageUDF, TransientError, apply_stage
 from lychee_ray.schemas import Conversation
 
@@ -97,3 +99,12 @@ def test_finished_states_pass_through(status):
     c.status = status
     Boom().process_batch([c])
     assert c.status == status and c.error is None
+
+
+def test_ingest_summary_sums_and_prints_stage_seconds():
+    summary = IngestSummary(out_dir="store")
+    for status, seconds in (("ok", {"embed": 1.0, "encode": 2.0}), ("error", {"embed": 0.5})):
+        summary.add({"conversation_id": "c", "status": status, "n_turns": 2, "n_segments": 1, "n_records": 1,
+                     "llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "stage_seconds": json.dumps(seconds)})
+    assert summary.stage_seconds == {"embed": 1.5, "encode": 2.0}
+    assert "embed 1.5, encode 2.0" in summary.render()

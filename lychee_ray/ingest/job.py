@@ -11,6 +11,7 @@ so its memory does not grow with the archive.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections import Counter
@@ -106,7 +107,11 @@ def write_batch(batch, out_dir: str, cfg: LycheeConfig):
         c.stats.wall_s = sum(c.seconds.values())
     summaries = StoreWriter(out_dir, cfg).write_batch(convs)
     keys = ("conversation_id", "status", "n_turns", "n_segments", "n_records", "llm_calls", "prompt_tokens", "completion_tokens")
-    return {k: np.array([s.get(k) for s in summaries], dtype=object) for k in keys}
+    out = {k: np.array([s.get(k) for s in summaries], dtype=object) for k in keys}
+    # per-stage seconds travel to the driver with the rows, to be summed in the run summary
+    seconds = {c.conversation_id: c.seconds for c in convs}  # the writer returns rows sorted by id
+    out["stage_seconds"] = np.array([json.dumps(seconds.get(r["conversation_id"], {})) for r in summaries], dtype=object)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,6 +130,7 @@ class IngestSummary:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_s: float = 0.0
+    stage_seconds: Counter = field(default_factory=Counter)  # summed over conversations
     problems: list[str] = field(default_factory=list)  # first few non-ok conversations
     mean_exchanges_per_segment: str = "n/a"
 
@@ -140,6 +146,7 @@ class IngestSummary:
         self.llm_calls += int(row["llm_calls"] or 0)
         self.prompt_tokens += int(row["prompt_tokens"] or 0)
         self.completion_tokens += int(row["completion_tokens"] or 0)
+        self.stage_seconds.update(json.loads(row["stage_seconds"]))
         if row["status"] not in ("ok",) and len(self.problems) < 20:
             self.problems.append(f"{row['conversation_id']}: {row['status']}")
 
@@ -150,7 +157,8 @@ class IngestSummary:
             f"  files: {self.files}; conversations written: {self.conversations} ({statuses or 'none'}); already complete: {self.resumed}",
             f"  turns: {self.turns}; segments: {self.segments}; exchanges/segment: {self.mean_exchanges_per_segment}",
             f"  records: {self.records}; LLM calls: {self.llm_calls}; tokens: {self.prompt_tokens} prompt + {self.completion_tokens} completion",
-            f"  time: {self.wall_s:.1f} s",
+            f"  time: {self.wall_s:.1f} s; stage seconds summed over conversations: "
+            + (", ".join(f"{k} {v:.1f}" for k, v in self.stage_seconds.items()) or "none"),
         ]
         if self.problems:
             lines.append("  not ok: " + "; ".join(self.problems[:10]))
