@@ -37,7 +37,7 @@ def _tag(item: QAItem) -> str:
 # --------------------------------------------------------------------------------------------
 # Stages
 # --------------------------------------------------------------------------------------------
-class PlanStage(AsyncStage):
+class PlanStage(AsyncStage[QAItem]):
     name = "plan"
     resources = Resources(num_cpus=0.25, num_actors=1)  # waits on the LLM
 
@@ -70,7 +70,7 @@ class PlanStage(AsyncStage):
             item.llm_errors.append(f"plan: {out.error}")
 
 
-class RetrieveStage(Stage):
+class RetrieveStage(Stage[QAItem]):
     name = "retrieve"
     resources = Resources(num_cpus=1, num_actors=1)  # keeps the embedder and the store open
 
@@ -128,7 +128,7 @@ class RetrieveStage(Stage):
         return bool(self.store.con.execute("select 1 from conversations where conversation_id = ? limit 1", [cid]).fetchall())
 
 
-class AnswerStage(AsyncStage):
+class AnswerStage(AsyncStage[QAItem]):
     name = "answer"
     resources = Resources(num_cpus=0.25, num_actors=1)
 
@@ -155,7 +155,7 @@ class AnswerStage(AsyncStage):
                 b["prediction"] = extractive_answer(item.question, [t for _, t in b["evidence"]])
 
 
-class JudgeStage(AsyncStage):
+class JudgeStage(AsyncStage[QAItem]):
     name = "judge"
     resources = Resources(num_cpus=0.25, num_actors=1)
 

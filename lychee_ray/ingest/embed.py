@@ -18,13 +18,14 @@ from lychee_ray.runtime.stage import (
     add_seconds,
     mark_failed,
 )
+from lychee_ray.schemas import Conversation
 
 # --------------------------------------------------------------------------------------------
 # Pipeline stage
 # --------------------------------------------------------------------------------------------
 
 
-class EmbedTurnsStage(Stage):
+class EmbedTurnsStage(Stage[Conversation]):
     """Embeds every turn of a batch of conversations in one encode() call (large batches keep
     the model busy), then hands each conversation its slice."""
 

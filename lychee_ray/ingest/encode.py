@@ -87,7 +87,7 @@ def check_sources(valid_turn_ids: list[str]):
 # --------------------------------------------------------------------------------------------
 # The stage
 # --------------------------------------------------------------------------------------------
-class EncodeStage(AsyncStage):
+class EncodeStage(AsyncStage[Conversation]):
     name = "encode"
 
     def __init__(self, cfg: LycheeConfig):

@@ -130,7 +130,7 @@ def _materialize(cid, members, display, cfg: OrganizeConfig):
     return nodes, edges
 
 
-class OrganizeStage(Stage):
+class OrganizeStage(Stage[Conversation]):
     """Builds nodes per conversation, then embeds all record texts and node names of the batch
     with one model (loaded once per actor)."""
 

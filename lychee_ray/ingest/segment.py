@@ -29,7 +29,7 @@ import numpy as np
 
 from lychee_ray.config import SegmenterConfig
 from lychee_ray.runtime.stage import Resources, Stage
-from lychee_ray.schemas import Segment
+from lychee_ray.schemas import Conversation, Segment
 from lychee_ray.tokens import count_many
 
 
@@ -215,7 +215,7 @@ def exchange_embeddings(turn_embeddings: np.ndarray, exchanges: list[list[int]])
 # --------------------------------------------------------------------------------------------
 
 
-class SegmentStage(Stage):
+class SegmentStage(Stage[Conversation]):
     """Cuts each conversation into the units the encoder calls the LLM on: semantic segments
     (encoder.mode=segment), single exchanges (eager) or fixed windows (window)."""
 
