@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lychee_ray.redact import validation_errors
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -272,4 +274,4 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         return LycheeConfig.model_validate(data)
     except ValidationError as exc:
         where = f" in {path}" if path else ""
-        raise ConfigError(f"invalid config{where}:\n{exc}") from exc
+        raise ConfigError(f"invalid config{where}:\n{validation_errors(exc)}") from None

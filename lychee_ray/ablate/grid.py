@@ -21,6 +21,7 @@ from lychee_ray.config import (
     parse_dotted,
     read_yaml_mapping,
 )
+from lychee_ray.redact import validation_errors
 
 # A variant may not change what the shared read + embedding produce.
 SHARED_SECTIONS = ("read", "embedding")
@@ -108,7 +109,7 @@ def load_grid(path: str | Path, overrides: list[str] | None = None) -> Grid:
     try:
         spec = GridSpec.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"invalid grid spec {p}:\n{exc}") from exc
+        raise ConfigError(f"invalid grid spec {p}:\n{validation_errors(exc)}") from None
     base = load_config(_resolve_base(p, spec.base_config), cfg_sets)
     base = _overlay(base, spec.base_set, f"{p}: base_set")
     selected = set(spec.only) if spec.only else None
@@ -137,4 +138,4 @@ def _overlay(cfg: LycheeConfig, flat: dict[str, Any], where: str) -> LycheeConfi
     try:
         return cfg.with_overrides(nest_dotted(flat))
     except ValidationError as exc:
-        raise ConfigError(f"{where} has an invalid override: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from exc
+        raise ConfigError(f"{where} has an invalid override:\n{validation_errors(exc)}") from None

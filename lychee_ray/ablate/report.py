@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from lychee_ray.evaluate.report import CATEGORY_NOTE
 from lychee_ray.plots import bar_chart, line_chart, markdown_table, scatter_labeled
+from lychee_ray.redact import mask_url
 from lychee_ray.store.reader import open_store
 
 FULL = "full"
@@ -259,7 +260,7 @@ def write_report(grid, runner, runs, out: Path, wall_s: float) -> list[dict]:
     w = runner.work
     backend_line = (
         "rules (no LLM: extractive answers, rule-based records and plans; build and query tokens are o200k estimates of the prompts an LLM would get)"
-        if not llm else f"LLM {grid.base.llm.model} via {grid.base.llm.base_url or 'api.openai.com'} (tokens are the usage the server reported)"
+        if not llm else f"LLM {grid.base.llm.model} via {mask_url(grid.base.llm.base_url) or 'api.openai.com'} (tokens are the usage the server reported)"
     )
     fmt = {"build_calls": ".1f", "build_prompt_tokens": ",.0f", "build_completion_tokens": ",.0f", "build_total_tokens": ",.0f", "query_tokens": ",.0f",
            "wall_s": ".1f", "marginal_s": ".1f", "d_recall_pp": "+.2f", "d_f1_pp": "+.2f", "d_judge_pp": "+.2f", "build_tokens_vs_full": ".2f"}

@@ -18,6 +18,7 @@ from lychee_ray.config import LycheeConfig
 from lychee_ray.evaluate.answers import ANSWERS
 from lychee_ray.io.fs import child_uri, is_part_name, join_path, list_files, resolve_uri
 from lychee_ray.plots import bar_chart, line_chart, markdown_table
+from lychee_ray.redact import mask_url
 from lychee_ray.store.reader import parquet_relation
 
 CATEGORY_ORDER = ("single_hop", "multi_hop", "temporal", "open_domain", "adversarial")
@@ -107,6 +108,13 @@ def write_eval_report(cfg: LycheeConfig, store, out_dir: str) -> tuple[str, str]
     return child_uri(out_dir, "report.md"), headline
 
 
+def backend_label(cfg: LycheeConfig) -> str:
+    """How the report names the backend; an endpoint URL is printed with its userinfo masked."""
+    if cfg.llm.backend == "rules":
+        return "rules (no LLM: extractive answers, rule-based records and plans)"
+    return f"LLM {cfg.llm.model} via {mask_url(cfg.llm.base_url) or 'api.openai.com'}"
+
+
 def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
     """report.md and the PNGs into the local folder `out`; returns the headline."""
     has_judge = con.execute("select count(judge_label) from answers").fetchone()[0] > 0
@@ -117,7 +125,7 @@ def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
     build = _build_stats(store)
     errors = con.execute("select question_id, error from answers where status != 'ok' order by question_id limit 20").fetchall()
     n_err = con.execute("select count(*) from answers where status != 'ok'").fetchone()[0]
-    backend = "rules (no LLM: extractive answers, rule-based records and plans)" if cfg.llm.backend == "rules" else f"LLM {cfg.llm.model} via {cfg.llm.base_url or 'api.openai.com'}"
+    backend = backend_label(cfg)
     metric = "judge_acc" if has_judge else "f1"
 
     plot_rows = [r for r in cats if r["category"] != "overall"]

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from lychee_ray.config import LLMConfig
 from lychee_ray.llm.schema import json_schema_for
+from lychee_ray.redact import mask_url, redact
 
 log = logging.getLogger(__name__)
 _ERROR_CHARS = 400  # error strings end up in Parquet and logs; keep them short
@@ -126,7 +127,7 @@ class LLMClient:
         self._semaphore: asyncio.Semaphore | None = None
 
     def __repr__(self) -> str:  # never shows the key
-        return f"LLMClient(model={self.cfg.model!r}, base_url={self.cfg.base_url!r})"
+        return f"LLMClient(model={self.cfg.model!r}, base_url={mask_url(self.cfg.base_url)!r})"
 
     def _bound(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
@@ -222,9 +223,7 @@ class LLMClient:
 
     def _redact(self, text: str) -> str:
         # A server may echo the key in an error body; it must not reach our logs or tables.
-        if self._api_key and self._api_key != "EMPTY":
-            text = text.replace(self._api_key, "***")
-        return text
+        return redact(text, [self._api_key] if self._api_key != "EMPTY" else [])
 
 
 @dataclass
