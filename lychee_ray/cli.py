@@ -20,11 +20,11 @@ from lychee_ray.evaluate.job import run_evaluate
 from lychee_ray.ingest.job import run_ingest
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
-from lychee_ray.query.memory import Memory, MemoryAnswer
+from lychee_ray.query.memory import Memory, MemoryAnswer, QueryError
 from lychee_ray.store.manifest import StoreError
 
 # Expected user errors: one sentence and rc 2, never a traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, FileNotFoundError, InputError, StoreError)
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, FileNotFoundError, InputError, StoreError, QueryError)
 
 
 def _add_config(p: argparse.ArgumentParser, default: str | None = "configs/local.yaml") -> None:

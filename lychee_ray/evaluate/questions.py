@@ -65,6 +65,16 @@ class QAItem:
 # --------------------------------------------------------------------------------------------
 # Questions
 # --------------------------------------------------------------------------------------------
+def as_id_list(value) -> list[str]:
+    """Evidence turn ids as a list of strings. A questions file may give one id as a bare
+    string ("D1:3"), or several joined by commas or semicolons: never split into characters."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [part.strip() for part in value.replace(";", ",").split(",") if part.strip()]
+    return [str(v) for v in value if v is not None]
+
+
 def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list[QAItem]:
     """Questions from the store (default) or a JSONL/Parquet file with the questions columns."""
     sources = dict(store.con.execute("select conversation_id, source from conversations").fetchall())
@@ -87,7 +97,7 @@ def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list
                 question=str(r.get("question") or ""),
                 gold=str(r.get("answer") if r.get("answer") is not None else ""),
                 category=cat,
-                evidence_turn_ids=list(r.get("evidence_turn_ids") or []),
+                evidence_turn_ids=as_id_list(r.get("evidence_turn_ids")),
                 question_date=r.get("question_date"),
                 benchmark=source if source in ("locomo", "longmemeval") else "generic",
             )

@@ -63,6 +63,10 @@ MAX_KNOWN_ENTITIES = 200  # the planner's known-entity list, most linked first (
 ANSWER_BENCHMARKS = ("locomo", "longmemeval")  # a conversation from these gets its benchmark's answer prompt
 
 
+class QueryError(ValueError):
+    """A question that cannot be searched (no words); the CLI prints it as one sentence."""
+
+
 @dataclass(frozen=True)
 class MemoryItem:
     """One piece of selected evidence: a memory record, or a raw turn no record covers."""
@@ -173,6 +177,10 @@ class Memory:
 
     def recall(self, conversation_id: str, query: str, budget_tokens: int | None = None) -> Recall:
         """`search` with its context: the plan, the question date used and the plan's cost."""
+        if not any(ch.isalnum() for ch in query or ""):
+            # an empty or punctuation-only question matches nothing in particular: retrieval
+            # would return whatever ranks first, which reads like an answer
+            raise QueryError(f"the question {query!r} has no words to search for.")
         self._check(conversation_id)
         asked_at = self._question_date(conversation_id)
         client = self._client()
