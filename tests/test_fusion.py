@@ -1,4 +1,4 @@
-"""RRF fusion, cosine top-k, MMR selection and budgeted top-k (lychee_ray.fusion)."""
+"""RRF fusion, MMR selection and budgeted top-k (lychee_ray.query.fusion)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Answer metrics and evidence recall (lychee_ray.metrics)."""
+"""Answer metrics and evidence recall (lychee_ray.evaluate.metrics)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Markdown tables and PNG charts (lychee_ray.report)."""
+"""Markdown tables and PNG charts (lychee_ray.plots)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_scatter_labeled_writes_a_valid_png(tmp_path):
 def test_charts_do_not_import_pyplot(tmp_path):
     """No pyplot means no global backend switch and no GUI state in Ray workers."""
     code = (
-        "import sys; from lychee_ray.report import bar_chart, scatter_labeled;"
+        "import sys; from lychee_ray.plots import bar_chart, scatter_labeled;"
         f"bar_chart({str(tmp_path / 'b.png')!r}, ['a'], {{'s': [1.0]}}, 't', 'y');"
         f"scatter_labeled({str(tmp_path / 's.png')!r}, [('p', 1, 2)], 't', 'x', 'y');"
         "assert 'matplotlib.pyplot' not in sys.modules"

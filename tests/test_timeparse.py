@@ -1,4 +1,4 @@
-"""Time expressions, source stamps and question windows (lychee_ray.timeparse).
+"""Time expressions, source stamps and question windows (lychee_ray.rules.timeparse, lychee_ray.dates).
 
 The table gives (text, anchor, expected (start, end, granularity)) per row; the conventions it
 pins are the module docstring's: weeks are Monday-Sunday, "last <weekday>" is strictly before

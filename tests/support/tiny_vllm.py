@@ -9,7 +9,7 @@ need to be exercised against the real server.
 
 The model is built by vLLM's own interpreter (env LYCHEE_VLLM_PYTHON, default
 .venv-vllm/bin/python) so it is saved with the transformers version vLLM loads it with. The
-server is started the way users start it, through `python -m lychee_ray.serve` (the
+server is started the way users start it, through `python -m lychee_ray.llm.serve` (the
 `lychee-ray serve` command), so one server start also smoke-tests `serve()`.
 """
 
@@ -180,7 +180,7 @@ def serve_config_for(model_dir: str | Path, port: int, *, python: str | None = N
 def start_vllm_server(
     model_dir: str | Path, port: int | None = None, *, workdir: str | Path | None = None, ready_timeout_s: float = 600
 ) -> Iterator[VLLMServer]:
-    """Run `python -m lychee_ray.serve --config <yaml>` for the tiny model; yield when ready.
+    """Run `python -m lychee_ray.llm.serve --config <yaml>` for the tiny model; yield when ready.
 
     On exit the serve process gets SIGTERM, as a user's Ctrl-C would; it must stop vLLM and exit
     0. If it does not, the whole process group is killed and RuntimeError says what went wrong,
@@ -196,7 +196,7 @@ def start_vllm_server(
     env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(REPO)}
     with open(serve_log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "lychee_ray.serve", "--config", str(cfg_path), "--log", str(vllm_log)],
+            [sys.executable, "-m", "lychee_ray.llm.serve", "--config", str(cfg_path), "--log", str(vllm_log)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
