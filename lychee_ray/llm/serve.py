@@ -229,6 +229,6 @@ def main_serve(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m lychee_ray.serve", description=__doc__.splitlines()[0])
+    _parser = argparse.ArgumentParser(prog="python -m lychee_ray.llm.serve", description=__doc__.splitlines()[0])
     add_serve_arguments(_parser)
     sys.exit(main_serve(_parser.parse_args()))
