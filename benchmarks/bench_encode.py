@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--quick", action="store_true", help="3 conversations cut to 4 sessions (about a minute)")
     parser.add_argument("--latency", type=float, default=None, help="seconds per fake call (default 0.5 quick, 1.0 full)")
     args = parser.parse_args(argv)
+    if not LOCOMO.is_file():  # benchmarks read the shared dev data; the test fixtures are too small to measure
+        raise SystemExit(f"bench_encode: the LoCoMo dev file {LOCOMO} is not there; this benchmark needs the shared data beside the clone")
     # The latency must dwarf the per-call CPU cost (client ~10 ms + fake server ~8 ms per call,
     # paid serially by every conversation in flight on 2 cores), or the ratio measures CPU
     # starvation instead of scheduling. A real encode call is far slower than 2 s: ~1.8K

@@ -19,7 +19,7 @@ from lychee_ray.ablate.runner import balanced_windows, run_ablation
 from lychee_ray.config import ConfigError
 from tests.support.locomo_cut import cut_locomo
 
-from .conftest import DEMO_PATH, LOCOMO_PATH, REPO, requires_shared_data
+from .conftest import DEMO_PATH, LOCOMO_PATH, REPO
 
 SPEC = REPO / "configs" / "ablations" / "locomo.yaml"
 REDUCED = "grid.only=[full,eager,window,vector_only,delta_0.30,full_context,naive_rag]"
@@ -209,7 +209,6 @@ def test_llm_grid_token_accounting_matches_server_usage(cut_input, embedder, fak
 
 
 @pytest.mark.vllm
-@requires_shared_data
 def test_vllm_grid_token_accounting_matches_engine_counters(vllm_server, embedder, tmp_path):
     """A small grid against the real vLLM CPU engine: the table's and stores' token sums equal
     the prompt/generation tokens vLLM itself counted while the grid ran."""

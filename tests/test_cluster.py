@@ -18,10 +18,10 @@ import pytest
 from benchmarks.short_archive import write_short_archive
 from lychee_ray.store.reader import open_store
 
-from .conftest import LOCOMO_PATH, REPO, requires_shared_data
+from .conftest import LOCOMO_PATH, REPO
 from .support.ray_cluster import LocalRayCluster
 
-pytestmark = [pytest.mark.cluster, requires_shared_data, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
 
 # The job config: the offline default. Inside a Ray job RAY_ADDRESS is set, so its
 # `ray.address: null` joins the cluster the job was submitted to (pipeline.init_ray).

@@ -1,6 +1,6 @@
 """The segment encoder on the `openai` backend against the fake OpenAI-compatible server.
 
-Real parts: the LoCoMo reader, the MiniLM embedder, the online segmenter, the EncodeStage with
+Real parts: the LoCoMo reader (on the first 2 sessions of the 3 fixture conversations), the MiniLM embedder, the online segmenter, the EncodeStage with
 its LLMClient over HTTP, and (in the last test) the whole Ray ingest writing Parquet read back
 through DuckDB. Only the model is fake, and it is honest: each reply restates the prompt's
 turns as schema-valid records (tests/support/fake_openai.py), so what is checked is what the
@@ -25,9 +25,7 @@ from lychee_ray.io.readers.files import read_file
 from lychee_ray.llm.prompts import render_turns
 from tests.support.locomo_cut import cut_locomo
 
-from .conftest import LOCOMO_PATH, REPO, requires_shared_data
-
-pytestmark = requires_shared_data
+from .conftest import LOCOMO_PATH, REPO
 
 FIRST_SEGMENT_CONTEXT = "(none: this is the first segment)"
 

@@ -1,4 +1,4 @@
-"""`evaluate` on the rules path, as Ray Data over the real LoCoMo dev store: bad question rows
+"""`evaluate` on the rules path, as Ray Data over a real store of the LoCoMo fixture: bad question rows
 become per-question error rows while the rest is answered, a store without records gives error
 rows and a report, and a run killed with -9 resumes without re-asking anything answered."""
 

@@ -1,6 +1,6 @@
 """The evaluate stage on the `openai` backend against the fake OpenAI-compatible server.
 
-A real store (Ray ingest of cut LoCoMo conversations, rules records, MiniLM embeddings) is
+A real store (Ray ingest of cut LoCoMo fixture conversations, rules records, MiniLM embeddings) is
 queried by the real planner / retrieval / answer / judge stages; only the model is the fake,
 whose replies are derived from each prompt (the plan restates the question, the answer quotes
 the first evidence line, the judge checks word overlap), never from the gold answers.
@@ -21,9 +21,7 @@ from lychee_ray.config import load_config
 from lychee_ray.schemas import QueryPlan
 from tests.support.locomo_cut import cut_locomo
 
-from .conftest import LOCOMO_PATH, REPO, requires_shared_data
-
-pytestmark = requires_shared_data
+from .conftest import LOCOMO_PATH, REPO
 
 N_QUESTIONS = 12
 

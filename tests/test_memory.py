@@ -1,4 +1,5 @@
-"""`Memory`, the public API for agents, on the real LoCoMo dev store (rules backend, real MiniLM):
+"""`Memory`, the public API for agents, on a real store of the LoCoMo fixture (rules backend, real
+MiniLM; tests/fixtures/locomo_fixture.json):
 
 - the README example, extracted from README.md and run as written (only the store path changed);
 - the openai backend against the fake server: plan + answer are exactly two calls, and the
@@ -28,7 +29,7 @@ from lychee_ray.query.retrieve import Retriever
 from lychee_ray.schemas import QueryPlan
 from lychee_ray.store.manifest import StoreError
 
-from .conftest import REPO
+from .conftest import LOCOMO_PATH, REPO
 
 README_SECTION = "## Use the memory from Python (agents)"
 README_STORE = '"out/demo/store"'
@@ -111,9 +112,10 @@ def test_answer_through_the_llm_is_two_calls_and_reports_their_usage(locomo_dev_
         # the plan and the answer are the model's, and both prompts are dated after the conversation
         assert reply.plan.model_dump() == QueryPlan.model_validate_json(reqs[0]["reply"]).model_dump()
         assert reply.answer == json.loads(reqs[1]["reply"])["answer"] != ""
-        assert "Question date: 2023-10-22" in reqs[0]["messages"][1]["content"]
+        # 2023-07-06: session 6, the last the fixture keeps of conv-26
+        assert "Question date: 2023-07-06" in reqs[0]["messages"][1]["content"]
         answer_prompt = reqs[1]["messages"][1]["content"]
-        assert "Question date: 2023-10-22" in answer_prompt  # conv-26 is LoCoMo: its answer prompt
+        assert "Question date: 2023-07-06" in answer_prompt  # conv-26 is LoCoMo: its answer prompt
         assert reply.evidence and " ".join(reply.evidence[0].text.split()) in answer_prompt
 
         # A failed plan falls back to rules and says so; a second call on the same Memory works
@@ -184,7 +186,8 @@ def test_hostile_input_is_bound_never_formatted(memory):
 
 
 def test_unknown_conversation_names_the_store_and_known_ids(memory, locomo_dev_store):
-    assert memory.conversations() == ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44", "conv-47"]
+    fixture_ids = [s["sample_id"] for s in json.loads(LOCOMO_PATH.read_text())]
+    assert memory.conversations() == fixture_ids == ["conv-26", "conv-30", "conv-41"]
     with pytest.raises(StoreError) as err:
         memory.answer("conv-999", "Where did Caroline move from?")
     msg = str(err.value)

@@ -1,4 +1,4 @@
-"""`lychee-ray query` as a person runs it (a subprocess on the real LoCoMo dev store): it prints
+"""`lychee-ray query` as a person runs it (a subprocess on a real store of the LoCoMo fixture): it prints
 records with type, time, entities and source turns; `--answer` adds the answer and its usage,
 `--json` prints one JSON object; bad input is one sentence and exit code 2. The command is a thin
 wrapper over `lychee_ray.Memory` (tests/test_memory.py tests the API itself)."""
@@ -65,7 +65,7 @@ def test_query_prints_records_with_type_time_entities_and_source_turns(locomo_de
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.splitlines()
     assert out[0] == f"conv-26: {question}"
-    assert out[1] == "asked at: 2023-10-22"  # the conversation's last session: "June" is June 2023
+    assert out[1] == "asked at: 2023-07-06"  # the fixture's last session of conv-26: "June" is June 2023
     assert '"time_window":{"start":"2023-06-01","end":"2023-06-30"}' in out[2]
     items = [line for line in out if line[:1].isdigit() and ". [" in line]
     assert 1 <= len(items) <= 5 and any("camping" in line for line in items)
@@ -92,7 +92,7 @@ def test_query_json_is_one_object_with_the_items(locomo_dev_store):
     proc = run_query(locomo_dev_store, "conv-26", question, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)  # the whole stdout is one JSON object
-    assert (out["question"], out["conversation_id"], out["asked_at"]) == (question, "conv-26", "2023-10-22")
+    assert (out["question"], out["conversation_id"], out["asked_at"]) == (question, "conv-26", "2023-07-06")
     assert out["plan"]["routes"][0]["time_window"] == {"start": "2023-06-01", "end": "2023-06-30"}
     assert "answer" not in out and "usage" not in out
     items = out["items"]

@@ -1,6 +1,7 @@
 """The `rules` backend (lychee_ray.rules): encoder on real LoCoMo turns, planner, extractive answers.
 
-LoCoMo tests read /work/shared/data/locomo/locomo_dev.json and skip when it is absent. Turns are
+LoCoMo tests read the fixture tests/fixtures/locomo_fixture.json (conv-26, conv-30 and conv-41,
+the first sessions of each) and the LongMemEval one tests/fixtures/longmemeval_fixture.json. Turns are
 built the way `read.py` builds them: the BLIP caption appended as "[image: ...]", the session
 stamp as an ISO timestamp.
 """
@@ -28,7 +29,7 @@ from lychee_ray.schemas import (
     Turn,
 )
 
-from .conftest import LME_PATH, LOCOMO_PATH, requires_shared_data
+from .conftest import LME_PATH, LOCOMO_PATH
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,8 +64,6 @@ def _encode_conversation(enc: RulesEncoder, sessions: list[list[Turn]]) -> list[
 
 @pytest.fixture(scope="module")
 def locomo():
-    if not LOCOMO_PATH.exists():
-        pytest.skip(f"shared LoCoMo data not found at {LOCOMO_PATH}")
     return json.loads(LOCOMO_PATH.read_text())
 
 
@@ -72,6 +71,7 @@ def locomo():
 def conv26(locomo):
     conv = next(c for c in locomo if c["sample_id"] == "conv-26")
     sessions = _sessions(conv)[:5]
+    assert len(sessions) == 5  # the fixture keeps 6 of conv-26's sessions
     return conv, sessions, _encode_conversation(RulesEncoder(), sessions)
 
 
@@ -82,7 +82,6 @@ def _records_of(outs, turn_id):
 # --------------------------------------------------------------------------------------------
 # Encoder on real turns
 # --------------------------------------------------------------------------------------------
-@requires_shared_data
 def test_relative_date_resolved_and_speaker_attributed(conv26):
     _, _, outs = conv26
     # D1:3 (session of 8 May 2023): "I went to a LGBTQ support group yesterday and it was so powerful."
@@ -94,7 +93,6 @@ def test_relative_date_resolved_and_speaker_attributed(conv26):
     assert "lgbtq" in rec.topics and 1 <= len(rec.topics) <= 3
 
 
-@requires_shared_data
 def test_last_saturday_and_next_month(conv26):
     _, _, outs = conv26
     race = [r for r in _records_of(outs, "D2:1") if "charity race" in r.text]
@@ -105,7 +103,6 @@ def test_last_saturday_and_next_month(conv26):
     assert camping[0].time.granularity == "month"
 
 
-@requires_shared_data
 def test_second_person_becomes_the_other_speaker(conv26):
     _, _, outs = conv26
     # D1:12 Melanie: "You'd be a great counselor! Your empathy and understanding will really help ..."
@@ -115,7 +112,6 @@ def test_second_person_becomes_the_other_speaker(conv26):
     assert not any(re.search(r"\b(?:you|your|I|my)\b", t) for t in texts)
 
 
-@requires_shared_data
 def test_every_turn_with_content_has_a_record(conv26):
     conv, sessions, outs = conv26
     names = {conv["conversation"]["speaker_a"], conv["conversation"]["speaker_b"]}
@@ -128,7 +124,6 @@ def test_every_turn_with_content_has_a_record(conv26):
     assert covered <= all_ids
 
 
-@requires_shared_data
 def test_outputs_validate_and_are_deterministic(conv26):
     _, sessions, outs = conv26
     for out in outs:
@@ -142,7 +137,6 @@ def test_outputs_validate_and_are_deterministic(conv26):
     assert _encode_conversation(RulesEncoder(), sessions) == outs
 
 
-@requires_shared_data
 def test_image_caption_kept_and_greeting_dropped(conv26):
     conv, _, outs = conv26
     caption = next(t["blip_caption"] for t in conv["conversation"]["session_1"] if t["dia_id"] == "D1:12")
@@ -152,7 +146,6 @@ def test_image_caption_kept_and_greeting_dropped(conv26):
     assert not any(r.text.startswith(("Hey Mel", "Hi Mel")) for out in outs for r in out.records)
 
 
-@requires_shared_data
 def test_state_aliases_anchor_and_carry_forward(conv26):
     _, sessions, outs = conv26
     s1, s2 = outs[0].state, outs[1].state
@@ -167,7 +160,6 @@ def test_state_aliases_anchor_and_carry_forward(conv26):
 
 
 
-@requires_shared_data
 def test_summary_ablation(conv26):
     _, sessions, outs = conv26
     [rec] = RulesEncoder().encode(sessions[0], None, [], summary=True).records
@@ -179,13 +171,14 @@ def test_summary_ablation(conv26):
     assert rec.time.start == min(r.time.start for r in atomic if r.time.start)
 
 
-@requires_shared_data
 def test_temporal_gold_dates_match_record_times(locomo):
     """LoCoMo category 2 (temporal): does a record on an evidence turn carry the gold date?
 
-    Measured when written (7 conversations, 214 questions, 177 with a parseable gold date):
-    exact 128 (72%), one window containing the other 149 (84%).
-    The floors below sit a little under that; the figure is printed with -s."""
+    Measured on the fixture (3 conversations cut to 5-6 sessions, 24 temporal questions, 23
+    with a parseable gold date): exact 18 (78%), one window containing the other 19 (83%).
+    (On the whole dev file, 7 conversations and 177 parsed dates: exact 72%, contained 84%.)
+    The floors below sit a little under the fixture's figures: one more miss still passes, two
+    fail. The figure is printed with -s."""
     enc = RulesEncoder()
     parsed = exact = contained = 0
     for conv in locomo:
@@ -210,8 +203,8 @@ def test_temporal_gold_dates_match_record_times(locomo):
             exact += any((t.start, t.end) == (g.start, g.end) for t in times)
             contained += any((t.start <= g.start and t.end >= g.end) or (g.start <= t.start and g.end >= t.end) for t in times)
     print(f"\nLoCoMo temporal: {parsed} gold dates, exact {exact} ({exact / parsed:.0%}), contained {contained} ({contained / parsed:.0%})")
-    assert parsed >= 150
-    assert exact / parsed >= 0.65
+    assert parsed >= 20
+    assert exact / parsed >= 0.70
     assert contained / parsed >= 0.78
 
 
@@ -272,10 +265,7 @@ def test_role_speakers_longmemeval_style():
     assert all("user" not in r.entities for r in out.records)  # roles are not named entities
 
 
-@requires_shared_data
 def test_longmemeval_excerpt_encodes():
-    if not LME_PATH.exists():
-        pytest.skip(f"LongMemEval excerpt not found at {LME_PATH}")
     inst = json.loads(LME_PATH.read_text())[0]
     enc, ctx, records = RulesEncoder(), None, []
     for sid, stamp, session in zip(inst["haystack_session_ids"], inst["haystack_dates"], inst["haystack_sessions"]):

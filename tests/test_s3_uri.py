@@ -20,7 +20,7 @@ import pytest
 from lychee_ray.evaluate.job import run_evaluate
 from lychee_ray.ingest.job import run_ingest
 
-from .conftest import LOCOMO_PATH, REPO, requires_shared_data
+from .conftest import LOCOMO_PATH, REPO
 from .support.locomo_cut import cut_locomo
 from .support.locomo_store import local_config
 
@@ -61,9 +61,7 @@ def names(fs: pafs.FileSystem, folder: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def evaluated(s3, ray_local, tmp_path_factory):
-    """A 1-conversation, 2-session LoCoMo cut ingested into S3, then one evaluate into S3."""
-    if not LOCOMO_PATH.exists():
-        pytest.skip(f"shared LoCoMo data not found at {LOCOMO_PATH}")
+    """A 1-conversation, 2-session cut of the LoCoMo fixture ingested into S3, then one evaluate into S3."""
     endpoint, _ = s3
     cut = cut_locomo(LOCOMO_PATH, tmp_path_factory.mktemp("cut") / "locomo_cut.json", conversations=1, sessions=2)
     store = uri(endpoint, "store")
@@ -74,7 +72,6 @@ def evaluated(s3, ray_local, tmp_path_factory):
     return cfg, store, out, run_evaluate(cfg, store, out)
 
 
-@requires_shared_data
 def test_evaluate_writes_answers_and_report_to_s3_and_resumes(s3, evaluated):
     _, fs = s3
     cfg, store, out, result = evaluated
@@ -104,7 +101,6 @@ def test_evaluate_writes_answers_and_report_to_s3_and_resumes(s3, evaluated):
     assert sorted(n for n in names(fs, "eval/answers") if n.startswith("part-")) == parts
 
 
-@requires_shared_data
 def test_resume_over_s3_removes_killed_run_debris(s3, evaluated):
     _, fs = s3
     cfg, store, out, _ = evaluated

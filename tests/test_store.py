@@ -446,7 +446,7 @@ def test_rows_carry_embeddings_as_float32_and_survive_unfinished_caller_results(
     np.testing.assert_array_equal(np.stack([t["embedding"] for t in turns]), conv.turn_embeddings)
 
 
-# ---------------------------------------------------------------------------- the LoCoMo dev store
+# ------------------------------------------------------------------ a store of the LoCoMo fixture
 def read_table(store_dir, table: str) -> pa.Table:
     """A table straight from its Parquet files (no DuckDB): the independent side of a check."""
     return pq.read_table(os.path.join(store_dir, table))

@@ -13,10 +13,9 @@ from lychee_ray.ingest.job import run_ingest
 from lychee_ray.io.fs import child_uri, join_path, resolve_uri
 from lychee_ray.store.reader import open_store
 
-from .conftest import LOCOMO_PATH, REPO, requires_shared_data
+from .conftest import LOCOMO_PATH, REPO
 
 
-@requires_shared_data
 def test_ingest_writes_to_a_file_uri(ray_local, tmp_path):
     archive = tmp_path / "synth_3.jsonl"
     expected = write_short_archive(LOCOMO_PATH, archive, n=3, seed=2, turns_per_session=4)

@@ -1,4 +1,7 @@
-"""Tests for benchmarks.synth_archive: format, determinism and id/evidence consistency."""
+"""Tests for benchmarks.synth_archive: format, determinism and id/evidence consistency.
+
+The source is the LoCoMo fixture (tests/fixtures/locomo_fixture.json: 3 conversations of 5-6
+sessions), which any LoCoMo file can stand in for; the benchmarks draw from the shared dev file."""
 
 from __future__ import annotations
 
@@ -10,9 +13,6 @@ import pytest
 from benchmarks import synth_archive as sa
 
 from .conftest import LOCOMO_PATH as SRC
-from .conftest import requires_shared_data
-
-pytestmark = requires_shared_data
 
 SESSION_RE = re.compile(r"^session_(\d+)$")
 DIA_RE = re.compile(r"^D(\d+):(\d+)$")

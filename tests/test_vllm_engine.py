@@ -22,9 +22,9 @@ from lychee_ray.config import load_config
 from lychee_ray.schemas import EncodeOutput, QueryPlan
 from tests.support.locomo_cut import cut_locomo
 
-from .conftest import LOCOMO_PATH, REPO, requires_shared_data
+from .conftest import LOCOMO_PATH, REPO
 
-pytestmark = [pytest.mark.vllm, requires_shared_data]
+pytestmark = pytest.mark.vllm
 
 TINY_BOUNDS = [
     "encoder.max_tokens=400",

@@ -1,4 +1,7 @@
-"""Small LoCoMo inputs for the LLM-path tests: the first sessions of a few dev conversations.
+"""Small LoCoMo inputs for the LLM-path tests: the first sessions of a few conversations.
+
+Tests cut the LoCoMo fixture (tests/fixtures/locomo_fixture.json, itself a cut of the shared
+dev file); benchmarks (benchmarks/bench_encode.py) cut the shared dev file itself.
 
 The LLM tests need real conversations (real speakers, dates, dia_ids and questions) but not
 their full length: a cut keeps the original format, so the real reader reads it, while an

@@ -1,13 +1,16 @@
-"""Session fixture: the LoCoMo dev store (rules backend, real MiniLM, real local Ray), built once.
+"""Session fixture: a store of the LoCoMo fixture (rules backend, real MiniLM, real local Ray),
+built once.
 
-Building it takes a few minutes on 2 cores, so every test module that needs a real store shares
-this one (store, retrieval, evaluate and query-CLI tests). Tests only read it. To iterate on a
-test without rebuilding, point LYCHEE_TEST_LOCOMO_STORE at a store built by
-`lychee-ray ingest --config configs/local.yaml --input <locomo_dev.json> --out DIR`.
+`tests/fixtures/locomo_fixture.json` (conv-26, conv-30 and conv-41, the first sessions of
+each) is ingested once per session, and every test module that needs a real store shares this
+one (store, retrieval, evaluate, Memory and query-CLI tests). Tests only read it. To iterate on
+a test without rebuilding, point LYCHEE_TEST_LOCOMO_STORE at a store built by
+`lychee-ray ingest --config configs/local.yaml --input tests/fixtures/locomo_fixture.json --out DIR`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -26,15 +29,14 @@ def local_config(*overrides: str):
 
 @pytest.fixture(scope="session")
 def locomo_dev_store(tmp_path_factory, ray_local) -> Path:
-    """Path of a complete LoCoMo dev store (7 conversations, 4,124 turns)."""
+    """Path of a complete store of the LoCoMo fixture (every conversation of it ingested ok)."""
     prebuilt = os.environ.get("LYCHEE_TEST_LOCOMO_STORE")
     if prebuilt:
         return Path(prebuilt)
-    if not LOCOMO_PATH.exists():
-        pytest.skip(f"shared LoCoMo data not found at {LOCOMO_PATH}")
     from lychee_ray.ingest.job import run_ingest
 
-    out = tmp_path_factory.mktemp("locomo-dev-store")
+    n_conversations = len(json.loads(LOCOMO_PATH.read_text()))
+    out = tmp_path_factory.mktemp("locomo-fixture-store")
     summary = run_ingest(local_config(), str(LOCOMO_PATH), str(out))
-    assert summary.by_status == {"ok": 7}, summary.by_status
+    assert summary.by_status == {"ok": n_conversations}, summary.by_status
     return out
