@@ -18,13 +18,16 @@ from lychee_ray.ablate.runner import run_ablation
 from lychee_ray.config import ConfigError, load_config
 from lychee_ray.evaluate.job import run_evaluate
 from lychee_ray.ingest.job import run_ingest
+from lychee_ray.io.fs import PathProblem
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
 from lychee_ray.query.memory import Memory, MemoryAnswer, QueryError
 from lychee_ray.store.manifest import StoreError
 
-# Expected user errors: one sentence and rc 2, never a traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, FileNotFoundError, InputError, StoreError, QueryError)
+# Expected user errors: one sentence and rc 2, never a traceback. The OSErrors are what a path
+# the user gave can raise outside our own checks (no permission, a file where a folder should be).
+OS_ERRORS = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError)
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, InputError, StoreError, QueryError, PathProblem, *OS_ERRORS)
 
 
 def _add_config(p: argparse.ArgumentParser, default: str | None = "configs/local.yaml") -> None:
@@ -41,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--input", required=True, help="a file or a directory of .json/.jsonl/.parquet")
     p.add_argument("--out", required=True, help="output store directory (local path or URI)")
+    p.add_argument("--force", action="store_true",
+                   help="write into an existing non-empty folder that is not a store (nothing already there is deleted)")
 
     p = sub.add_parser("evaluate", help="answer and judge the store's questions; writes answers + report.md")
     _add_config(p)
@@ -75,12 +80,20 @@ def main(argv: list[str] | None = None) -> int:
         cfg = None if args.command == "ablate" else load_config(args.config, args.set)
         return COMMANDS[args.command](args, cfg)
     except USER_ERRORS as exc:
-        print(f"lychee-ray {args.command}: {exc}", file=sys.stderr)
+        print(f"lychee-ray {args.command}: {user_message(exc)}", file=sys.stderr)
         return 2
 
 
+def user_message(exc: BaseException) -> str:
+    """The one sentence shown for a user error; an OSError without Python's "[Errno N]" prefix."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror.split('. Detail:')[0].rstrip('.')}{where}."
+    return str(exc)
+
+
 def cmd_ingest(args, cfg) -> int:
-    summary = run_ingest(cfg, args.input, args.out)
+    summary = run_ingest(cfg, args.input, args.out, force=args.force)
     print(summary.render())
     return 0
 

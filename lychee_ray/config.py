@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lychee_ray.redact import validation_errors
 
@@ -39,6 +39,8 @@ class ReadConfig(_Section):
     include_image_captions: bool = True  # LoCoMo images are gone; their BLIP caption stays as text
     # A turn longer than this is split into several turns at sentence boundaries (recorded in
     # `errors` as kind=turn_split) so no exchange can exceed the segmenter's hard cap on its own.
+    # Never above segmenter.token_cap: LycheeConfig lowers it to the cap (a part over the cap
+    # could fit no segment).
     max_turn_tokens: int = 1024
 
 
@@ -92,12 +94,35 @@ class LLMConfig(_Section):
     max_in_flight: int = 32  # concurrent requests per process against the endpoint
     timeout_s: float = 120.0  # per request
     max_retries: int = 4  # openai client retries (exponential backoff + jitter) on 429/5xx/timeouts
+    # Overall bounds on waiting: timeout_s x (1 + max_retries) alone lets a hanging endpoint cost
+    # 10 min per call (5 x 120 s), and a conversation that many times its segments.
+    # One call, all its retries and repairs included: 300 s is 2.5 full request timeouts, room
+    # for a slow but working server, and a hung one costs 5 min per call at most.
+    call_deadline_s: float = Field(300.0, gt=0)
+    # One conversation's encode: 3600 s covers ~150 segments (a LongMemEval-M haystack) at ~20 s
+    # a call. Past it the remaining segments fall back to rules records (degraded, with an
+    # `errors` row) instead of waiting on the endpoint.
+    conversation_deadline_s: float = Field(3600.0, gt=0)
     temperature: float = 0.0
     # "vllm" keeps maxLength/maxItems in JSON schemas (xgrammar enforces them and they bound a
     # bad model's output); "openai" strips keywords that OpenAI strict mode rejects.
     schema_dialect: Literal["vllm", "openai"] = "vllm"
     repair_retries: int = 1  # re-asks with the validation error shown to the model
     extra_body: dict[str, Any] = Field(default_factory=dict)  # passed through to the endpoint
+
+
+class JudgeConfig(_Section):
+    """The evaluation's judge, apart from the answering model: the paper judges every backbone
+    with gpt-4o-mini and LongMemEval's official judge is gpt-4o, so a model grading its own
+    answers is not the published protocol. Unset fields inherit from `llm:` (the same endpoint,
+    key, dialect, timeouts and retries); with `model` unset the answering model judges itself,
+    and the report says so in bold."""
+
+    model: str | None = None  # None: the answering model (llm.model)
+    base_url: str | None = None  # None: llm.base_url (set https://api.openai.com/v1 to judge on OpenAI beside a vLLM answerer)
+    api_key_env: str | None = None  # None: llm.api_key_env
+    schema_dialect: Literal["vllm", "openai"] | None = None  # None: llm.schema_dialect
+    temperature: float = 0.0  # a judge is deterministic whatever the answerer's temperature
 
 
 class EncoderConfig(_Section):
@@ -197,6 +222,7 @@ class LycheeConfig(_Section):
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     segmenter: SegmenterConfig = Field(default_factory=SegmenterConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
     encoder: EncoderConfig = Field(default_factory=EncoderConfig)
     organize: OrganizeConfig = Field(default_factory=OrganizeConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
@@ -204,11 +230,30 @@ class LycheeConfig(_Section):
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
 
+    @model_validator(mode="after")
+    def _turn_parts_fit_the_cap(self) -> "LycheeConfig":
+        # A turn part longer than the segment cap would be a segment over the cap by itself.
+        if self.read.max_turn_tokens > self.segmenter.token_cap:
+            self.read.max_turn_tokens = self.segmenter.token_cap
+        return self
+
     def build_hash(self) -> str:
         """Hash of everything that changes what ingest writes (not retrieval/eval settings)."""
         keys = ("read", "embedding", "segmenter", "llm", "encoder", "organize")
         blob = json.dumps({k: getattr(self, k).model_dump(mode="json") for k in keys}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def judge_llm(self) -> LLMConfig:
+        """The LLM settings the judge calls with: `llm:` with the judge's own fields laid over."""
+        own = {k: v for k, v in self.judge.model_dump().items() if v is not None}
+        if own.get("base_url", self.llm.base_url) != self.llm.base_url:
+            own["extra_body"] = {}  # the answerer's server-specific request fields mean nothing to another endpoint
+        return self.llm.model_copy(update=own)
+
+    @property
+    def judge_is_answerer(self) -> bool:
+        judge = self.judge_llm()
+        return (judge.model, judge.base_url) == (self.llm.model, self.llm.base_url)
 
     def with_overrides(self, overlay: dict[str, Any]) -> "LycheeConfig":
         return LycheeConfig.model_validate(deep_merge(self.model_dump(mode="json"), overlay))

@@ -250,6 +250,10 @@ def test_ray_ingest_writes_complete_tables_under_faults(cut_file, fake_openai, r
         assert units == n_segments and calls >= n_segments, cid
         assert n_degraded == (n_degraded_records or 0), cid
         assert status == ("degraded" if n_degraded else "ok"), cid
+    # each degraded segment's reason is one llm_failure row naming it
+    failures = dict(con.execute(
+        "select conversation_id, count(distinct field) from errors where kind = 'llm_failure' group by 1").fetchall())
+    assert {cid: n for cid, _, _, n, _, _, _ in rows if n} == failures
     sums = con.execute("select sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens) from build_stats").fetchall()[0]
     usage = fake_openai.total_usage()
     assert tuple(sums) == (usage["prompt_tokens"], usage["completion_tokens"], usage["cached_tokens"])
@@ -257,3 +261,65 @@ def test_ray_ingest_writes_complete_tables_under_faults(cut_file, fake_openai, r
     n_requests = len(fake_openai.requests)
     again = run_ingest(cfg, str(cut_file), str(tmp_path / "store"))
     assert again.resumed == 3 and len(fake_openai.requests) == n_requests
+
+
+# ------------------------------------------------------------------ degraded reasons and deadlines
+def llm_failures(conv):
+    return [e for e in conv.errors if e["kind"] == "llm_failure"]
+
+
+def test_each_degraded_segment_has_an_llm_failure_row_with_its_redacted_reason(segmented, fake_openai, monkeypatch):
+    key = "sk-test-0123456789abcdefXYZ"
+    monkeypatch.setenv("LYCHEE_TEST_KEY", key)
+    conv = next(c for c in segmented["segment"] if len(c.segments) >= 3)
+    conv = copy.deepcopy(conv)
+    conv.segments = conv.segments[:3]
+    # seg 0 ok; seg 1: the server echoes the key in a 401; seg 2: invalid twice (repair fails)
+    fake_openai.set_faults(schedule=["ok", "auth", "invalid", "invalid"])
+    (out,) = encode([conv], llm_cfg(fake_openai, "llm.api_key_env=LYCHEE_TEST_KEY"))
+    rows = llm_failures(out)
+    assert [r["field"] for r in rows] == ["seg-00001", "seg-00002"]
+    assert {r["conversation_id"] for r in rows} == {out.conversation_id}
+    assert "401" in rows[0]["message"] and key not in rows[0]["message"] and "***" in rows[0]["message"]
+    assert "does not match the schema" in rows[1]["message"] or "not valid JSON" in rows[1]["message"]
+    assert all(r["message"].startswith(f"segment {r['field']} fell back to rules records") for r in rows)
+    assert out.stats.degraded_segments == len(rows) == 2
+
+
+def hang_cfg(server, *overrides):
+    # A request timeout far beyond the test: only the deadlines can end the wait.
+    return llm_cfg(server, "llm.timeout_s=120", "llm.max_retries=4", *overrides)
+
+
+def test_the_call_deadline_bounds_every_retry_of_a_hanging_call(segmented, fake_openai):
+    import time
+
+    conv = copy.deepcopy(next(c for c in segmented["segment"] if len(c.segments) >= 3))
+    conv.segments = conv.segments[:3]
+    fake_openai.set_faults(p_hang=1.0)
+    start = time.monotonic()
+    (out,) = encode([conv], hang_cfg(fake_openai, "llm.call_deadline_s=1.5", "llm.conversation_deadline_s=600"))
+    wall = time.monotonic() - start
+    assert 3 * 1.5 * 0.9 <= wall < 3 * 1.5 + 30, wall  # each segment waited its deadline, no more
+    rows = llm_failures(out)
+    assert [r["field"] for r in rows] == [s.segment_id for s in out.segments]
+    assert all("llm.call_deadline_s=1.5 s" in r["message"] for r in rows), rows
+    assert all(r.degraded for r in out.records) and out.status == "degraded"
+
+
+def test_past_the_conversation_deadline_the_remaining_segments_degrade_at_once(segmented, fake_openai):
+    import time
+
+    conv = copy.deepcopy(next(c for c in segmented["segment"] if len(c.segments) >= 4))
+    fake_openai.set_faults(p_hang=1.0)
+    start = time.monotonic()
+    (out,) = encode([conv], hang_cfg(fake_openai, "llm.call_deadline_s=300", "llm.conversation_deadline_s=2"))
+    wall = time.monotonic() - start
+    assert 2 * 0.9 <= wall < 2 + 30, wall
+    assert len(fake_openai.requests) == 1  # the first segment's call; the rest were never sent
+    rows = llm_failures(out)
+    assert [r["field"] for r in rows] == [s.segment_id for s in out.segments]
+    assert all("conversation_deadline_s" in r["message"] for r in rows), rows
+    assert all("passed before this segment was sent" in r["message"] for r in rows[1:])
+    assert out.stats.degraded_segments == out.stats.llm_failures == len(out.segments)
+    assert all(r.degraded for r in out.records) and out.status == "degraded"

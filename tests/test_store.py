@@ -327,7 +327,9 @@ def test_orphans_of_a_killed_write_are_invisible_and_removed(tmp_path):
     killed = batch_id_for(["c2"])
     for table in ("conversations", "turns", "records"):
         writer._write_table(table, killed, conversation_rows(CONVS["c2"], DIM)[table])
-    tmp = tmp_path / "s" / "records" / ".part-abc.parquet.tmp-123"
+    # a killed writer's temp file carries the store's id (only files that do are ever deleted)
+    owner = json.loads((tmp_path / "s" / "manifest.json").read_text())["store_id"]
+    tmp = tmp_path / "s" / "records" / f".part-abc.parquet.tmp-{owner}-123"
     tmp.write_bytes(b"half")
     with open_store(out) as s:
         assert s.conversation_ids() == ["c1"] and count(s, "turns") == 12

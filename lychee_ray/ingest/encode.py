@@ -8,19 +8,23 @@ rho_{k+1}. Segments of one conversation are therefore encoded strictly in order;
 conversations are in flight at once (see `lychee_ray.runtime.stage.AsyncStage`).
 
 A call that still fails after the client's retries and one repair gets `rules` records marked
-`degraded=true`; the failure is counted in build_stats and encoding goes on. Nothing is lost.
+`degraded=true`; the failure is counted in build_stats, its reason is an `errors` row (kind
+`llm_failure`), and encoding goes on. Nothing is lost. One conversation's encode is bounded by
+`llm.conversation_deadline_s`: past it, the remaining segments degrade the same way at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import time
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.ingest.context import ReferenceContext
 from lychee_ray.llm.client import LLMClient, run_closing
 from lychee_ray.llm.prompts import encode_messages
 from lychee_ray.llm.schema import json_schema_for
+from lychee_ray.redact import redact
 from lychee_ray.rules.encoder import RulesEncoder
 from lychee_ray.runtime.stage import AsyncStage, Resources
 from lychee_ray.schemas import (
@@ -84,6 +88,18 @@ def check_sources(valid_turn_ids: list[str]):
     return validate
 
 
+def llm_failure_row(conv: Conversation, seg: Segment, error: str) -> dict:
+    """The `errors` row that says why a segment was degraded (kind llm_failure)."""
+    return {
+        "conversation_id": conv.conversation_id,
+        "source_file": conv.source_file,
+        "line": None,
+        "field": seg.segment_id,
+        "kind": "llm_failure",
+        "message": redact(f"segment {seg.segment_id} fell back to rules records (degraded): {error}"),
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # The stage
 # --------------------------------------------------------------------------------------------
@@ -119,10 +135,14 @@ class EncodeStage(AsyncStage[Conversation]):
         totals = BuildStats(encode_units=len(conv.segments), backend=self.cfg.llm.backend, model=self.backend_label, encode_mode=enc.mode)
         aliases: dict[str, str] = {}
         conv.records = []
+        deadline = time.monotonic() + self.cfg.llm.conversation_deadline_s
         for seg in conv.segments:
             turns = [conv.turns[i] for i in seg.turn_idxs]
             use_ctx = ctx if enc.use_context else ReferenceContext()
-            out, degraded = await self._encode_segment(conv.conversation_id, seg, turns, use_ctx, totals)
+            out, failure = await self._encode_segment(conv.conversation_id, seg, turns, use_ctx, totals, deadline)
+            degraded = failure is not None
+            if degraded:
+                conv.errors.append(llm_failure_row(conv, seg, failure))
             conv.records.extend(
                 to_memory_records(conv.conversation_id, seg, out, [t.turn_id for t in turns], "rules" if degraded else self.backend_label, degraded)
             )
@@ -136,7 +156,10 @@ class EncodeStage(AsyncStage[Conversation]):
             conv.status = "degraded"
             conv.error = f"{totals.degraded_segments} of {len(conv.segments)} segments fell back to rules records"
 
-    async def _encode_segment(self, conv_id: str, seg: Segment, turns: list[Turn], ctx: ReferenceContext, totals: BuildStats) -> tuple[EncodeOutput, bool]:
+    async def _encode_segment(
+        self, conv_id: str, seg: Segment, turns: list[Turn], ctx: ReferenceContext, totals: BuildStats, deadline: float
+    ) -> tuple[EncodeOutput, str | None]:
+        """(the segment's reply, None) or (rules fallback records, why the LLM path failed)."""
         enc = self.cfg.encoder
         if self.client is None:
             out = self._rules(turns, ctx)
@@ -144,7 +167,11 @@ class EncodeStage(AsyncStage[Conversation]):
                 messages = encode_messages(ctx.render(enc.context_token_budget), turns, enc.summary_records)
                 totals.est_prompt_tokens += sum(count_tokens(m["content"]) for m in messages)
                 totals.est_completion_tokens += count_tokens(out.model_dump_json())
-            return out, False
+            return out, None
+        tag = f"{conv_id}/{seg.segment_id}"
+        if time.monotonic() >= deadline:
+            error = f"the conversation deadline (llm.conversation_deadline_s={self.cfg.llm.conversation_deadline_s:g} s) passed before this segment was sent"
+            return self._degrade(tag, turns, ctx, totals, error)
 
         turn_ids = [t.turn_id for t in turns]
         messages = encode_messages(ctx.render(enc.context_token_budget), turns, enc.summary_records)
@@ -155,9 +182,8 @@ class EncodeStage(AsyncStage[Conversation]):
             max_items={"records": 1 if enc.summary_records else enc.max_records_per_call, "*": enc.max_list_items},
             max_length={"text": enc.max_record_chars, "*": enc.max_field_chars},
         )
-        tag = f"{conv_id}/{seg.segment_id}"
         result = await self.client.structured(
-            messages, EncodeOutput, schema=schema, max_tokens=enc.max_tokens, validate=check_sources(turn_ids), tag=tag
+            messages, EncodeOutput, schema=schema, max_tokens=enc.max_tokens, validate=check_sources(turn_ids), tag=tag, deadline=deadline
         )
         u = result.usage
         totals.llm_calls += u.calls
@@ -165,11 +191,14 @@ class EncodeStage(AsyncStage[Conversation]):
         totals.completion_tokens += u.completion_tokens
         totals.cached_tokens += u.cached_tokens
         if result.parsed is not None:
-            return result.parsed, False
+            return result.parsed, None
+        return self._degrade(tag, turns, ctx, totals, result.error or "no reply")
+
+    def _degrade(self, tag: str, turns: list[Turn], ctx: ReferenceContext, totals: BuildStats, error: str) -> tuple[EncodeOutput, str]:
         totals.llm_failures += 1
         totals.degraded_segments += 1
-        log.warning("%s: encode failed (%s); using degraded rules records", tag, result.error)
-        return self._rules(turns, ctx), True
+        log.warning("%s: encode failed (%s); using degraded rules records", tag, error)
+        return self._rules(turns, ctx), error
 
     def _rules(self, turns: list[Turn], ctx: ReferenceContext) -> EncodeOutput:
         return self.rules.encode(turns, ctx.state, ctx.recent, summary=self.cfg.encoder.summary_records)

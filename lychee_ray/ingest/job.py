@@ -57,10 +57,12 @@ def _registry_actor():
 # --------------------------------------------------------------------------------------------
 # Read stage (generator: one file in, many small blocks out)
 # --------------------------------------------------------------------------------------------
-def read_files_batch(batch, cfg: LycheeConfig, done_ids: frozenset, registry):
+def read_files_batch(batch, cfg: LycheeConfig, done_ids: frozenset, registry, input_root: str):
     for path in batch["path"]:
         chunk: list[Conversation] = []
-        for conv in read_file(str(path), cfg.read):
+        # error ids hash the path relative to the input root: the same archive read from another
+        # mount point or spelled relative/absolute gives the same ids
+        for conv in read_file(str(path), cfg.read, root=input_root):
             if conv.conversation_id in done_ids:
                 continue
             chunk.append(conv)
@@ -165,13 +167,13 @@ class IngestSummary:
         return "\n".join(lines)
 
 
-def build_dataset(cfg: LycheeConfig, files: list[str], out_dir: str, done_ids: frozenset):
+def build_dataset(cfg: LycheeConfig, files: list[str], out_dir: str, done_ids: frozenset, input_root: str):
     import ray
 
     registry = _registry_actor()
     ds = ray.data.from_items([{"path": f} for f in files], override_num_blocks=max(1, len(files)))
     ds = ds.map_batches(
-        read_files_batch, fn_args=(cfg, done_ids, registry), batch_size=1, batch_format="numpy", num_cpus=0.5
+        read_files_batch, fn_args=(cfg, done_ids, registry, input_root), batch_size=1, batch_format="numpy", num_cpus=0.5
     )
     emb = cfg.embedding
     # each stage declares its resources (actors, CPUs, GPUs, batch size) from its config
@@ -184,13 +186,14 @@ def build_dataset(cfg: LycheeConfig, files: list[str], out_dir: str, done_ids: f
     )
 
 
-def run_ingest(cfg: LycheeConfig, input_path: str, out_dir: str) -> IngestSummary:
+def run_ingest(cfg: LycheeConfig, input_path: str, out_dir: str, *, force: bool = False) -> IngestSummary:
+    """`force`: write into a non-empty folder that is not a store (nothing there is deleted)."""
     start = time.perf_counter()
-    files = list_input_files(input_path)
-    done_ids = frozenset(prepare_output(out_dir, cfg))
+    files = list_input_files(input_path, exclude=out_dir)  # an output inside the input is not input
+    done_ids = frozenset(prepare_output(out_dir, cfg, force=force))
     summary = IngestSummary(out_dir=out_dir, files=len(files), resumed=len(done_ids))
     init_ray(cfg.ray)
-    for row in build_dataset(cfg, files, out_dir, done_ids).iter_rows():
+    for row in build_dataset(cfg, files, out_dir, done_ids, input_path).iter_rows():
         summary.add(row)
     finalize_manifest(out_dir)
     summary.wall_s = time.perf_counter() - start

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lychee_ray.config import SegmenterConfig
+from lychee_ray.io.exchanges import cap_exchanges
 from lychee_ray.runtime.stage import Resources, Stage
 from lychee_ray.schemas import Conversation, Segment
 from lychee_ray.tokens import count_many
@@ -228,7 +229,10 @@ class SegmentStage(Stage[Conversation]):
         self.window = window_exchanges
 
     def process(self, conv) -> None:
-        ex_tokens = exchange_token_counts(conv)
+        # An exchange over the cap (two long turns of a pair) would make a segment over it.
+        turn_tokens = count_many([t.text for t in conv.turns])
+        conv.exchanges = cap_exchanges(conv.exchanges, turn_tokens, self.cfg.token_cap)
+        ex_tokens = [sum(turn_tokens[i] for i in ex) for ex in conv.exchanges]
         T = len(conv.exchanges)
         if self.mode == "eager":
             bounds = [Boundary(b.start, b.end, 1.0, "eager") for b in fixed_windows(T, 1)]

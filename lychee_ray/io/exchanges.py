@@ -6,11 +6,21 @@
   user/assistant exchange and halves the number of units the segmenter scores.
 - `turn` (`read.locomo_exchange: turn`): each turn is an exchange.
 An exchange never crosses a session.
+
+The segmenter's hard token cap can only hold if no exchange is over it on its own, so:
+- each part of a turn the reader split (`read.max_turn_tokens`; parts are named X, X#p2, X#p3...)
+  is an exchange of its own, never joined with its siblings or its neighbours;
+- `cap_exchanges` splits any exchange still over the cap into runs of its turns that fit.
 """
 
 from __future__ import annotations
 
+import re
+
 from lychee_ray.schemas import Turn
+
+# The readers' id of the 2nd, 3rd... part of a split turn (lychee_ray/io/readers/common.py).
+_PART_SUFFIX = re.compile(r"#p\d+$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -30,6 +40,10 @@ def group_exchanges(turns: list[Turn], rule: str) -> list[list[int]]:
     for i, t in enumerate(turns):
         if current and turns[current[-1]].session_id != t.session_id:
             close()
+        if is_split_part(turns, i):  # already up to the cap alone: a unit of its own
+            close()
+            exchanges.append([i])
+            continue
         if rule == "turn":
             close()
         elif rule == "role":
@@ -47,3 +61,29 @@ def group_exchanges(turns: list[Turn], rule: str) -> list[list[int]]:
         current.append(i)
     close()
     return exchanges
+
+
+def is_split_part(turns: list[Turn], i: int) -> bool:
+    """Turn i is one part of a turn the reader split: X#pN, or X followed by X#p2."""
+    tid = turns[i].turn_id
+    if _PART_SUFFIX.search(tid):
+        return True
+    return i + 1 < len(turns) and turns[i + 1].turn_id == f"{tid}#p2"
+
+
+def cap_exchanges(exchanges: list[list[int]], turn_tokens: list[int], max_tokens: int) -> list[list[int]]:
+    """Split every exchange whose turns hold more than `max_tokens` into consecutive runs that
+    fit (a single turn over the cap stays alone), so the segmenter's cap can hold."""
+    out: list[list[int]] = []
+    for ex in exchanges:
+        run: list[int] = []
+        run_tokens = 0
+        for i in ex:
+            if run and run_tokens + turn_tokens[i] > max_tokens:
+                out.append(run)
+                run, run_tokens = [], 0
+            run.append(i)
+            run_tokens += turn_tokens[i]
+        if run:
+            out.append(run)
+    return out

@@ -2,8 +2,9 @@
 works like a local path.
 
 Also the atomic-write convention (write under a dot-prefixed temp name beside the target, then
-rename) and the names that tell a committed part from a killed writer's debris. Its own module
-because the store's writer and reader and evaluate's answers and report all share it.
+rename), the names that tell a committed part from a killed writer's debris, and the one place
+that turns a filesystem failure on an output folder into one sentence (`PathProblem`). Its own
+module because the store's writer and reader and evaluate's answers and report all share it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ import pyarrow.fs as pafs
 
 TMP_MARK = ".tmp-"
 _PART_RE = re.compile(r"^part-[0-9a-f]+\.parquet$")
+_OWNER_RE = re.compile(r"^[0-9a-f]{8,64}$")
+_OS_DETAIL = re.compile(r"Detail: \[errno \d+\] (.+)$")
+
+
+class PathProblem(RuntimeError):
+    """An output path that cannot be used as asked (a file where a folder should be, no write
+    permission, a read-only mount); the message is one sentence for the user."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,11 +68,19 @@ def is_temp_name(name: str) -> bool:
     return name.startswith(".") and TMP_MARK in name
 
 
-def _tmp_path(path: str) -> str:
+def is_own_temp_name(name: str, owner: str | None) -> bool:
+    """A temp file that `write_atomic(..., owner=owner)` made: debris we may delete. A name that
+    merely looks like a temp file (someone else's `.x.tmp-y`) is not ours."""
+    return bool(owner) and name.startswith(".") and f"{TMP_MARK}{owner}-" in name
+
+
+def _tmp_path(path: str, owner: str | None = None) -> str:
     # Same folder (so the rename stays on one filesystem), dot-prefixed and not ending in
-    # .parquet/.json, so no reader glob and no commit ever matches a half-written file.
+    # .parquet/.json, so no reader glob and no commit ever matches a half-written file. The
+    # owner tag (a store's id) is what lets a later cleanup prove the debris is its own.
     head, _, name = path.rpartition("/")
-    return f"{head}/.{name}{TMP_MARK}{uuid.uuid4().hex[:12]}"
+    tag = f"{owner}-" if owner and _OWNER_RE.match(owner) else ""
+    return f"{head}/.{name}{TMP_MARK}{tag}{uuid.uuid4().hex[:12]}"
 
 
 def _rename(fs: pafs.FileSystem, src: str, dst: str) -> None:
@@ -74,10 +90,11 @@ def _rename(fs: pafs.FileSystem, src: str, dst: str) -> None:
         fs.move(src, dst)  # object stores: copy+delete; safe because the commit comes last
 
 
-def write_atomic(fs: pafs.FileSystem, path: str, write) -> None:
+def write_atomic(fs: pafs.FileSystem, path: str, write, owner: str | None = None) -> None:
     """`write(sink)` into a temp name beside `path`, then rename: a killed writer leaves no half
-    file at `path`, only debris that `is_temp_name` recognises."""
-    tmp = _tmp_path(path)
+    file at `path`, only debris that `is_temp_name` (and, given `owner`, `is_own_temp_name`)
+    recognises."""
+    tmp = _tmp_path(path, owner)
     try:
         with fs.open_output_stream(tmp) as sink:
             write(sink)
@@ -94,10 +111,43 @@ def delete_quietly(fs: pafs.FileSystem, path: str) -> None:
         pass
 
 
-
-
-
-
 def list_files(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
     infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
     return [i for i in infos if i.type == pafs.FileType.File]
+
+
+def is_empty_dir(fs: pafs.FileSystem, folder: str) -> bool:
+    return not fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+
+
+def os_problem(exc: OSError, where: str) -> str:
+    """One sentence for an OSError on `where`: the OS's reason (pyarrow puts it after "Detail:")."""
+    text = exc.strerror or str(exc)
+    detail = _OS_DETAIL.search(text)
+    reason = (detail.group(1) if detail else text).rstrip(".")
+    return f"cannot write to {where}: {reason[:1].lower()}{reason[1:]}."
+
+
+def make_output_dir(fs: pafs.FileSystem, folder: str, where: str) -> None:
+    """Create `folder` (and its parents), or raise one PathProblem sentence saying why not."""
+    kind = fs.get_file_info(folder).type
+    if kind == pafs.FileType.File:
+        raise PathProblem(f"{where} is a file, not a folder; give a folder as the output.")
+    try:
+        fs.create_dir(folder, recursive=True)
+    except NotADirectoryError:
+        raise PathProblem(f"cannot create {where}: a part of its parent path is a file, not a folder.") from None
+    except OSError as exc:
+        raise PathProblem(os_problem(exc, where)) from None
+
+
+def check_writable(fs: pafs.FileSystem, folder: str, where: str, owner: str | None = None) -> None:
+    """Write and delete a small probe file, so a read-only folder is one sentence before any
+    work starts instead of a traceback from a worker halfway through a run."""
+    probe = _tmp_path(join_path(folder, "write-probe"), owner)  # a fresh name: never anyone else's file
+    try:
+        with fs.open_output_stream(probe) as sink:
+            sink.write(b"probe")
+    except OSError as exc:
+        raise PathProblem(os_problem(exc, where)) from None
+    delete_quietly(fs, probe)

@@ -14,6 +14,8 @@ OpenAI's own API, or the fake server of the tests) with `openai.AsyncOpenAI` and
   characters inside strings), validates with pydantic and an optional semantic check, and on
   failure re-asks the model `repair_retries` times with the exact error;
 - sums `usage` over every call it makes, repairs and failed ones included;
+- bounds each call, its retries and repairs included, by `llm.call_deadline_s`, and by an
+  optional absolute deadline of the caller (the encoder's per-conversation deadline);
 - never raises for a model or server fault: it returns `LLMResult(parsed=None, error=...)` so
   the caller can degrade (the encoder then writes rule-based fallback records).
 
@@ -27,6 +29,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 import weakref
 from dataclasses import dataclass, fields
 from typing import Any, Callable
@@ -157,12 +160,14 @@ class LLMClient:
         max_tokens: int,
         validate: Callable[[BaseModel], None] | None = None,
         tag: str = "",
+        deadline: float | None = None,
     ) -> LLMResult:
         """One structured reply of type `output_model`, repaired up to `cfg.repair_retries` times.
 
         `validate` is a semantic check that raises ValueError (e.g. "source turn id X is not in
-        this segment"); its message is shown to the model in the repair call. Never raises for a
-        model or server fault: `parsed` is None and `error` says why.
+        this segment"); its message is shown to the model in the repair call. `deadline` (a
+        `time.monotonic()` value) ends the call early if it comes before `cfg.call_deadline_s`.
+        Never raises for a model or server fault: `parsed` is None and `error` says why.
         """
         if schema is None:
             schema = json_schema_for(output_model, self.cfg.schema_dialect)
@@ -174,8 +179,18 @@ class LLMClient:
         convo = list(messages)
         raw: str | None = None
         error = "no call made"
+        end, which = self._call_end(deadline)
         for attempt in range(1 + self.cfg.repair_retries):
-            reply = await self._complete(convo, response_format, max_tokens, usage, tag, attempt)
+            try:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    raise asyncio.TimeoutError
+                reply = await asyncio.wait_for(
+                    self._complete(convo, response_format, max_tokens, usage, tag, attempt), remaining
+                )
+            except asyncio.TimeoutError:
+                error = f"{which} passed before a usable reply (attempt {attempt + 1})"
+                break
             if reply.error is not None:  # transport/server fault: openai already retried it
                 error = reply.error
                 break
@@ -190,6 +205,13 @@ class LLMClient:
         usage.failures += 1
         log.warning("llm[%s] giving up: %s", tag, error)
         return LLMResult(parsed=None, usage=usage, error=error, raw=raw)
+
+    def _call_end(self, deadline: float | None) -> tuple[float, str]:
+        """(monotonic end of this call, the deadline's name for the error message)."""
+        end = time.monotonic() + self.cfg.call_deadline_s
+        if deadline is not None and deadline < end:
+            return deadline, "the caller's deadline (llm.conversation_deadline_s for an encode)"
+        return end, f"the call deadline (llm.call_deadline_s={self.cfg.call_deadline_s:g} s)"
 
     async def _complete(
         self, convo: list[dict], response_format: dict, max_tokens: int, usage: Usage, tag: str, attempt: int

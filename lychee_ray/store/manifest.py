@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
@@ -45,7 +46,14 @@ def new_manifest(cfg: LycheeConfig) -> dict:
         "embedding_dim": cfg.embedding.dim,
         "created_at": now(),
         "tables": list(INGEST_TABLES),
+        # Tags every file this store writes (Parquet footers, temp names), so a cleanup deletes
+        # only its own debris and never a look-alike that was already in the folder.
+        "store_id": new_store_id(),
     }
+
+
+def new_store_id() -> str:
+    return uuid.uuid4().hex
 
 
 def check_manifest(manifest: dict, where: str, cfg: LycheeConfig | None) -> None:
@@ -126,6 +134,6 @@ def read_json(fs: pafs.FileSystem, path: str) -> dict | None:
     return obj
 
 
-def write_json(fs: pafs.FileSystem, path: str, obj: dict) -> None:
+def write_json(fs: pafs.FileSystem, path: str, obj: dict, owner: str | None = None) -> None:
     data = json.dumps(obj, indent=1, sort_keys=True, default=str).encode()
-    write_atomic(fs, path, lambda sink: sink.write(data))
+    write_atomic(fs, path, lambda sink: sink.write(data), owner=owner)

@@ -6,7 +6,10 @@ Writes are idempotent and resumable:
   the same file names; ids never appear in paths.
 - Every file is written under a dot-prefixed temp name in its folder and renamed into place. The
   commit marker is written last, so a batch without one never happened: readers only see files
-  that a commit lists, and `prepare_output` deletes the rest.
+  that a commit lists, and `prepare_output` deletes the rest of what this store wrote.
+- Every file carries the store's id (manifest `store_id`: in Parquet footers and temp names),
+  and a cleanup deletes only files that carry it: `--out` may point at a folder that held other
+  files, and a look-alike (`turns/part-....parquet`, `.x.tmp-y`) that we did not write stays.
 - If a conversation is committed by more than one batch (it was redone, e.g. after an error), the
   newest commit wins and the older batch's rows of that conversation are filtered out of the views.
 """
@@ -23,10 +26,13 @@ import pyarrow.parquet as pq
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.io.fs import (
+    check_writable,
+    is_empty_dir,
+    is_own_temp_name,
     is_part_name,
-    is_temp_name,
     join_path,
     list_files,
+    make_output_dir,
     resolve_uri,
     write_atomic,
 )
@@ -44,6 +50,7 @@ from lychee_ray.store.manifest import (
     committed_view,
     load_commits,
     new_manifest,
+    new_store_id,
     now,
     read_json,
     write_json,
@@ -52,7 +59,7 @@ from lychee_ray.store.reader import open_store
 from lychee_ray.store.rows import conversation_rows, rows_to_table
 
 log = logging.getLogger(__name__)
-
+STORE_ID_KEY = b"lychee_ray.store_id"  # Parquet footer key: the store that wrote the part
 
 
 def batch_id_for(conversation_ids: Iterable[str]) -> str:
@@ -74,10 +81,12 @@ class StoreWriter:
         self._filesystem = filesystem
         self._fs: pafs.FileSystem | None = None
         self._base = ""
+        self._owner: str | None = None  # the manifest's store_id, tagged on every file written
 
     def _paths(self) -> tuple[pafs.FileSystem, str]:
         if self._fs is None:  # lazily, so the writer pickles as plain config into Ray workers
             self._fs, self._base = resolve_uri(self.out_dir, self._filesystem)
+            self._owner = store_id_of(self._fs, self._base)
         return self._fs, self._base
 
     def write_batch(self, convs: list[Conversation]) -> list[dict]:
@@ -118,7 +127,7 @@ class StoreWriter:
             data = data.cast(schemas[table]).sort_by("conversation_id")
             rel = f"{table}/part-{batch_id}.parquet"
             fs.create_dir(join_path(base, table), recursive=True)
-            write_atomic(fs, join_path(base, rel), lambda sink, d=data: self._write_parquet(d, sink))
+            write_atomic(fs, join_path(base, rel), lambda sink, d=data: self._write_parquet(d, sink), owner=self._owner)
             files[table] = {"path": rel, "rows": data.num_rows}
         self._write_commit(batch_id, [(cid, statuses[cid]) for cid in ids], files)
         return batch_id
@@ -128,12 +137,14 @@ class StoreWriter:
         data = rows_to_table(table, rows, self.dim)
         rel = f"{table}/part-{batch_id}.parquet"
         fs.create_dir(join_path(base, table), recursive=True)
-        write_atomic(fs, join_path(base, rel), lambda sink: self._write_parquet(data, sink))
+        write_atomic(fs, join_path(base, rel), lambda sink: self._write_parquet(data, sink), owner=self._owner)
         return {"path": rel, "rows": data.num_rows}
 
     def _write_parquet(self, data: pa.Table, sink) -> None:
         plain = [f.name for f in data.schema if f.name != "embedding"]
         has_emb = "embedding" in data.schema.names
+        if self._owner:  # proves on a later cleanup that this part is ours (see module docstring)
+            data = data.replace_schema_metadata({**(data.schema.metadata or {}), STORE_ID_KEY: self._owner.encode()})
         pq.write_table(
             data,
             sink,
@@ -157,7 +168,7 @@ class StoreWriter:
             "files": files,
         }
         fs.create_dir(join_path(base, COMMITS), recursive=True)
-        write_json(fs, join_path(base, COMMITS, f"{batch_id}.json"), commit)
+        write_json(fs, join_path(base, COMMITS, f"{batch_id}.json"), commit, owner=self._owner)
 
 
 def _summary(conv: Conversation) -> dict:
@@ -174,22 +185,73 @@ def _summary(conv: Conversation) -> dict:
     }
 
 
-def _remove_orphans(fs: pafs.FileSystem, base: str, referenced: set[str]) -> int:
-    """Delete table parts no commit lists (a killed run) and temp files; only our own names."""
+def store_id_of(fs: pafs.FileSystem, base: str) -> str | None:
+    """The store id in the manifest at `base`, or None (no manifest yet, or an older store)."""
+    manifest = read_json(fs, join_path(base, MANIFEST))
+    return (manifest or {}).get("store_id") or None
+
+
+def _part_store_id(fs: pafs.FileSystem, path: str) -> str | None:
+    """The store id in a Parquet file's footer; None for a file we cannot read as ours."""
+    try:
+        with fs.open_input_file(path) as src:
+            meta = pq.read_metadata(src).metadata or {}
+    except (OSError, ValueError):  # not Parquet at all (ArrowInvalid is a ValueError)
+        return None
+    return meta.get(STORE_ID_KEY, b"").decode(errors="replace") or None
+
+
+def _is_own_orphan(fs: pafs.FileSystem, info: pafs.FileInfo, owner: str) -> bool:
+    name = info.base_name
+    if is_own_temp_name(name, owner):
+        return True
+    return is_part_name(name) and _part_store_id(fs, info.path) == owner
+
+
+def _remove_orphans(fs: pafs.FileSystem, base: str, referenced: set[str], owner: str | None) -> int:
+    """Delete table parts no commit lists (a killed run) and temp files, but only those that
+    carry this store's id: a file that merely looks like ours is left alone."""
+    if not owner:
+        return 0
     removed = 0
     for table in INGEST_TABLES:
         for info in list_files(fs, join_path(base, table)):
-            name = info.base_name
-            ours = is_part_name(name) or is_temp_name(name)
-            if ours and f"{table}/{name}" not in referenced:
+            if f"{table}/{info.base_name}" not in referenced and _is_own_orphan(fs, info, owner):
                 fs.delete_file(info.path)
                 removed += 1
     for folder in (join_path(base, COMMITS), base):
         for info in list_files(fs, folder):
-            if is_temp_name(info.base_name):
+            if is_own_temp_name(info.base_name, owner):
                 fs.delete_file(info.path)
                 removed += 1
     return removed
+
+
+def _open_manifest(fs: pafs.FileSystem, base: str, out_dir: str, cfg: LycheeConfig, force: bool) -> dict:
+    """The store's manifest, made if the folder is new (or empty, or `force`d); refuses a
+    non-empty folder that is not a store, so we never write among files that are not ours."""
+    manifest_path = join_path(base, MANIFEST)
+    manifest = read_json(fs, manifest_path)
+    if manifest is None:
+        if list_files(fs, join_path(base, COMMITS)):
+            raise StoreError(f"{out_dir} holds commits but no manifest.json; refusing to write into it.")
+        if not force and not is_empty_dir(fs, base):
+            raise StoreError(f"{out_dir} is not empty and is not a lychee-ray store; choose another output folder, or pass --force to write into it anyway.")
+        manifest = new_manifest(cfg)
+        check_writable(fs, base, out_dir, manifest["store_id"])
+        write_json(fs, manifest_path, manifest, owner=manifest["store_id"])
+        return manifest
+    check_manifest(manifest, out_dir, cfg)
+    check_writable(fs, base, out_dir, manifest.get("store_id"))
+    if manifest.get("build_hash") != cfg.build_hash():
+        # Allowed (e.g. a resume after tuning a retry setting), but the mix is recorded:
+        # each commit keeps its build hash and finalize_manifest lists them all.
+        log.warning("store %s was started with build %s; this run is build %s",
+                    out_dir, manifest.get("build_hash"), cfg.build_hash())
+    if not manifest.get("store_id"):  # a store from before store ids: tag what it writes from now on
+        manifest["store_id"] = new_store_id()
+        write_json(fs, manifest_path, manifest, owner=manifest["store_id"])
+    return manifest
 
 
 def prepare_output(
@@ -198,32 +260,23 @@ def prepare_output(
     *,
     redo_statuses: Iterable[str] = (),
     filesystem: pafs.FileSystem | None = None,
+    force: bool = False,
 ) -> set[str]:
     """Create or check the store at `out_dir`, clean what a killed run left, return done ids.
 
     Call it on the driver before any writer runs (it deletes uncommitted files, so it must not run
     while another job writes to the same directory). Conversations whose committed status is in
     `redo_statuses` (e.g. {"error"}) are not returned, so the driver processes them again; the new
-    commit then wins over the old one.
+    commit then wins over the old one. A folder that is not empty and holds no store is refused
+    unless `force`; a path that cannot be a writable folder is one PathProblem sentence.
     """
     fs, base = resolve_uri(out_dir, filesystem)
-    fs.create_dir(base, recursive=True)
-    manifest_path = join_path(base, MANIFEST)
-    manifest = read_json(fs, manifest_path)
-    if manifest is None:
-        if list_files(fs, join_path(base, COMMITS)):
-            raise StoreError(f"{out_dir} holds commits but no manifest.json; refusing to write into it.")
-        write_json(fs, manifest_path, new_manifest(cfg))
-    else:
-        check_manifest(manifest, out_dir, cfg)
-        if manifest.get("build_hash") != cfg.build_hash():
-            # Allowed (e.g. a resume after tuning a retry setting), but the mix is recorded:
-            # each commit keeps its build hash and finalize_manifest lists them all.
-            log.warning("store %s was started with build %s; this run is build %s",
-                        out_dir, manifest.get("build_hash"), cfg.build_hash())
+    make_output_dir(fs, base, out_dir)
+    manifest = _open_manifest(fs, base, out_dir, cfg, force)
+    owner = manifest["store_id"]
     commits = load_commits(fs, base)
     referenced = {info["path"] for c in commits for info in c["files"].values()}
-    removed = _remove_orphans(fs, base, referenced)
+    removed = _remove_orphans(fs, base, referenced, owner)
     if removed:
         log.info("removed %d uncommitted or temporary files from %s", removed, out_dir)
     # `pending` is a transient failure (the LLM endpoint was down): always redone by the next run
@@ -250,5 +303,5 @@ def finalize_manifest(out_dir: str, *, filesystem: pafs.FileSystem | None = None
         build_hashes=sorted(committed.build_hashes),
         finalized_at=now(),
     )
-    write_json(fs, join_path(base, MANIFEST), manifest)
+    write_json(fs, join_path(base, MANIFEST), manifest, owner=manifest.get("store_id"))
     return manifest
