@@ -77,7 +77,8 @@ def build_core_dataset(cfg, files: list[str], out_dir: str, done: frozenset):
 
     emb = cfg.embedding
     ds = ray.data.from_items([{"path": f} for f in files], override_num_blocks=max(1, len(files)))
-    ds = ds.map_batches(read_files_batch, fn_args=(cfg, done, _registry_actor()), batch_size=1, batch_format="numpy", num_cpus=0.5)
+    root = os.path.commonpath(files) if len(files) > 1 else os.path.dirname(files[0])
+    ds = ds.map_batches(read_files_batch, fn_args=(cfg, done, _registry_actor(), root), batch_size=1, batch_format="numpy", num_cpus=0.5)
     ds = apply_stage(ds, partial(EmbedTurnsStage, emb))
     ds = apply_stage(ds, partial(SegmentStage, cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges))
     return ds.map_batches(write_batch, fn_args=(out_dir, cfg), batch_size=cfg.store.conversations_per_file, batch_format="numpy", num_cpus=0.5)

@@ -43,13 +43,18 @@ def test_bad_question_rows_are_error_rows_and_the_rest_is_answered(locomo_dev_st
         {**good[1], "question_id": "bad-empty", "question": "   "},
     ]
     qfile = tmp_path / "questions.jsonl"
-    qfile.write_text("".join(json.dumps(q) + "\n" for q in bad[:1] + good[:2] + bad[1:] + good[2:]))
+    lines = [json.dumps(q) for q in bad[:1] + good[:2] + bad[1:] + good[2:]]
+    lines += ["42", json.dumps({**good[3], "question": "A second question under a used id?"})]  # lines 7 and 8
+    qfile.write_text("".join(line + "\n" for line in lines))
     out = tmp_path / "eval"
     with caplog.at_level(logging.WARNING, logger="lychee_ray.evaluate"):
         result = run_evaluate(local_config(), str(locomo_dev_store), str(out), questions_path=str(qfile))
-    assert result.asked == 6
+    assert result.asked == 8
     rows = answers(out)
-    assert set(rows) == {q["question_id"] for q in good + bad}
+    dup_id = f"{good[3]['question_id']}#dup2"
+    assert set(rows) == {q["question_id"] for q in good + bad} | {"questions.jsonl:line7", dup_id}
+    assert rows["questions.jsonl:line7"]["status"] == "error" and "expected a JSON object" in rows["questions.jsonl:line7"]["error"]
+    assert rows[dup_id]["status"] == "error" and "appears more than once" in rows[dup_id]["error"]
     unknown, empty = rows["bad-unknown-conv"], rows["bad-empty"]
     assert unknown["status"] == "error" and "'conv-999'" in unknown["error"] and "not in the store" in unknown["error"]
     assert empty["status"] == "error" and "is empty" in empty["error"]
@@ -64,7 +69,7 @@ def test_bad_question_rows_are_error_rows_and_the_rest_is_answered(locomo_dev_st
     assert sum("bad-unknown-conv" in m for m in logged) == 1 and sum("bad-empty" in m for m in logged) == 1
     assert all(str(qfile) in m for m in logged)
     report = (out / "report.md").read_text()
-    assert "4 answered ok, 2 with errors" in report and "bad-unknown-conv" in report
+    assert "8 asked, 4 answered ok, 4 with errors" in report and "bad-unknown-conv" in report
 
 
 def test_store_without_records_gives_error_rows_and_a_report(locomo_dev_store, tmp_path, ray_local):

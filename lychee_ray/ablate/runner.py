@@ -146,7 +146,7 @@ def read_conversations(cfg: LycheeConfig, input_path: str, limit: int | None) ->
     """All usable conversations of the input, and one line per conversation that is not."""
 
     usable, problems = [], []
-    for conv in iter_conversations(list_input_files(input_path), cfg.read):
+    for conv in iter_conversations(list_input_files(input_path), cfg.read, root=input_path):
         if conv.status != "ok" or not conv.exchanges:
             problems.append(f"{conv.conversation_id} ({conv.source_file}): {conv.status}: {conv.error}")
             continue

@@ -2,8 +2,9 @@
 stages (plan, evidence, prediction, scores, token usage).
 
 Questions come from the store's questions table or from a JSONL/Parquet file. Unanswerable ones
-(empty, unknown conversation, no records) become error rows before any stage runs, so the rest
-of the batch is evaluated.
+(a file line that is no question object, a repeated question id, an empty question, an unknown
+conversation, no records) become error rows before any stage runs, so the rest of the batch is
+evaluated and every question asked has its row.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
@@ -48,6 +50,7 @@ class QAItem:
     baselines: dict = field(default_factory=dict)  # name -> {"recall_curve", "turn_ids", "prediction"}
     prediction: str = ""
     judge_label: str | None = None
+    answer_fallback: bool = False  # the answer call failed and the rules extractive answer stood in
     f1: float | None = None
     bleu1: float | None = None
     evidence_recall: float | None = None
@@ -72,6 +75,8 @@ def as_id_list(value) -> list[str]:
         return []
     if isinstance(value, str):
         return [part.strip() for part in value.replace(";", ",").split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        return [str(value)]  # one id given as a number: iterating it would raise
     return [str(v) for v in value if v is not None]
 
 
@@ -86,6 +91,9 @@ def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list
         ).fetchall()]
     items = []
     for r in rows:
+        if isinstance(r, UnreadableLine):
+            items.append(unreadable_item(r))
+            continue
         cat = str(r.get("category") or "unknown")
         if cat in LOCOMO_NAMES and cat not in cfg.evaluate.categories:
             continue
@@ -102,10 +110,28 @@ def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list
                 benchmark=source if source in ("locomo", "longmemeval") else "generic",
             )
         )
+    mark_duplicate_ids(items, questions_path or "the store's questions table")
     if cfg.evaluate.max_questions:
         items = items[: cfg.evaluate.max_questions]
     mark_unanswerable(store, items, questions_path or "the store's questions table")
     return items
+
+
+def unreadable_item(line: UnreadableLine) -> QAItem:
+    return QAItem("", line.question_id, "", "", "unreadable", [], None, status="error", error=line.error)
+
+
+def mark_duplicate_ids(items: list[QAItem], where: str) -> None:
+    """The first question with an id is evaluated; a later one with the same id becomes an error
+    row under `<id>#dup<k>`, so the answers table keeps one row per id and nothing is lost."""
+    seen: dict[str, int] = {}
+    for it in items:
+        k = seen.get(it.question_id, 0)
+        seen[it.question_id] = k + 1
+        if k:
+            it.error = f"question id {it.question_id!r} appears more than once; the first is evaluated, this copy #{k + 1} is not"
+            it.question_id, it.status = f"{it.question_id}#dup{k + 1}", "error"
+            log.warning("%s: %s; recorded as an error row", where, it.error)
 
 
 def mark_unanswerable(store, items: list[QAItem], where: str) -> None:
@@ -115,6 +141,8 @@ def mark_unanswerable(store, items: list[QAItem], where: str) -> None:
     n_records = dict(store.con.execute("select conversation_id, count(*) from records group by 1").fetchall())
     known = set(store.conversation_ids())
     for it in items:
+        if it.status != "ok":
+            continue  # already an error row (unreadable line, duplicate id)
         if not it.question.strip():
             it.error = f"question {it.question_id} is empty"
         elif it.conversation_id not in known:
@@ -127,15 +155,39 @@ def mark_unanswerable(store, items: list[QAItem], where: str) -> None:
         log.warning("%s: %s; recorded as an error row, the other questions go on", where, it.error)
 
 
-def _read_question_file(path: str) -> list[dict]:
+def _read_question_file(path: str) -> list[dict | UnreadableLine]:
     if path.endswith(".parquet"):
         return pq.read_table(path).to_pylist()
     rows = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, start=1):
             if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    log.error("%s:%d: not valid JSON (%s); question skipped", path, lineno, exc.msg)
+                rows.append(_question_row(line, path, lineno))
     return rows
+
+
+@dataclass
+class UnreadableLine:
+    """A questions-file line that holds no question: it becomes an error row of its own, under an
+    id made of the file name and line number (stable across reruns, so a resume skips it)."""
+
+    question_id: str
+    error: str
+
+
+def _question_row(line: str, path: str, lineno: int) -> dict | UnreadableLine:
+    """One questions-file line as an object, or an `UnreadableLine` naming file, line and the
+    problem: no JSON, too deep to parse, or a JSON value that is not an object (`42`)."""
+    where = f"{path}:{lineno}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        problem = f"not valid JSON ({exc.msg})"
+    except RecursionError:
+        problem = "nested too deeply to parse"
+    else:
+        if isinstance(row, dict):
+            return row
+        problem = f"expected a JSON object with the questions columns, got {type(row).__name__}"
+    log.error("%s: %s; recorded as an error row, the other questions go on", where, problem)
+    return UnreadableLine(f"{Path(path).name}:line{lineno}", f"{where}: {problem}")

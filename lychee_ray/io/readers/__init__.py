@@ -6,11 +6,14 @@ Sources (detected from the content, not the file name), one module each:
 - `chat`: generic chat JSONL/JSON ({conversation_id, turns: [{role|speaker, content|text,
   timestamp?}]});
 - `turns`: turn-level JSONL or Parquet (one turn per row with a conversation_id), grouped per file.
-`files` lists the input files and dispatches each object to its reader; `common` holds what all
-readers share. Each reader groups its turns into exchanges (`lychee_ray.io.exchanges`).
+`files` lists the input files (every file under a folder, except a lychee-ray store inside it),
+unpacks gzip/zstd, tells Parquet, JSON and JSON Lines apart by content, and dispatches each object
+to its reader; `common` holds what all readers share. Each reader groups its turns into exchanges
+(`lychee_ray.io.exchanges`).
 
 Bad input never stops the read. Every problem becomes an entry in `Conversation.errors`
 (file, line, field, message), which ends up in the `errors` table; a problem that has no
 conversation of its own (a broken JSONL line, a file that is not JSON) becomes a conversation
-row with status `error` so it is visible in `conversations` too.
+row with status `error` so it is visible in `conversations` too. Its id hashes the file's path
+relative to the input root (`read_file(..., root=)`), the line and the kind, so reruns agree.
 """

@@ -12,7 +12,8 @@ from lychee_ray.config import ReadConfig
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import (
     ErrorEntry,
-    conversation_id,
+    as_list,
+    checked_conversation_id,
     finish,
     validated_turns,
 )
@@ -23,14 +24,13 @@ from lychee_ray.schemas import Conversation, Turn
 # Generic chat JSON(L) and turn-level rows
 # --------------------------------------------------------------------------------------------
 def read_chat(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conversation:
-    cid = conversation_id(obj.get("conversation_id", obj.get("id")), path, where)
-    conv = Conversation(conversation_id=cid, source="chat", source_file=path)
     errors: list[ErrorEntry] = []
-    turns_in = obj.get("turns", obj.get("messages")) or []
-    if not isinstance(turns_in, list):
-        errors.append(ErrorEntry(path, where, "turns", "bad_field", f"{path}:{where}: {cid}: field 'turns' is not a list"))
-        turns_in = []
-    raw = [chat_turn(t, i, f"turns[{i}]") for i, t in enumerate(turns_in)]
+    id_field = "conversation_id" if "conversation_id" in obj else "id"
+    cid = checked_conversation_id(obj.get(id_field), id_field, path, where, errors)
+    conv = Conversation(conversation_id=cid, source="chat", source_file=path)
+    turns_field = "turns" if "turns" in obj else "messages"
+    turns_in = as_list(obj.get(turns_field), turns_field, cid, path, where, errors)
+    raw = [chat_turn(t, i, f"{turns_field}[{i}]") for i, t in enumerate(turns_in)]
     conv.turns = validated_turns(raw, cid, path, where, errors, cfg)
     conv.exchanges = group_exchanges(conv.turns, "role" if has_roles(conv.turns) else "pair")
     return finish(conv, errors)
@@ -38,10 +38,10 @@ def read_chat(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conversation
 
 def chat_turn(t, i: int, field_prefix: str) -> dict:
     if not isinstance(t, dict):
-        return dict(turn_id=None, speaker=None, role=None, text=None, field_prefix=field_prefix, bad=True)
+        return dict(turn_id=None, speaker=None, role=None, text=None, field_prefix=field_prefix, bad=True, bad_type=type(t).__name__)
     return dict(
         turn_id=t.get("turn_id", t.get("id")),
-        session_id=str(t.get("session_id", "session_1")),
+        session_id=t.get("session_id", "session_1"),
         speaker=t.get("speaker", t.get("role")),
         role=t.get("role", t.get("speaker")),
         text=t.get("content", t.get("text")),

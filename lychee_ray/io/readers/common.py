@@ -12,7 +12,10 @@ import hashlib
 import logging
 import os
 import re
+import reprlib
 from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
 
 from lychee_ray.config import ReadConfig
 from lychee_ray.dates import parse_source_datetime
@@ -47,14 +50,65 @@ class ErrorEntry:
         }
 
 
+@dataclass
+class Recorder:
+    """Where a reader is (file, item, conversation) and the list its problems go to, so each
+    problem is one call that names the file, the line or item, the conversation and the field."""
+
+    path: str
+    where: int
+    cid: str
+    errors: list[ErrorEntry]
+
+    def record(self, field: str, kind: str, problem: str) -> None:
+        self.errors.append(ErrorEntry(self.path, self.where, field, kind, f"{self.path}:{self.where}: {self.cid}: {problem}", self.cid))
+
+
 # --------------------------------------------------------------------------------------------
 # Shared validation
 # --------------------------------------------------------------------------------------------
 def conversation_id(raw, path: str, where: int) -> str:
-    if raw is None or str(raw).strip() == "" or str(raw) == "None":
+    text = scalar_text(raw)  # a list or dict is no name (and str() of a deeply nested one can fail)
+    if text is None or text == "None":
         # No id in the source: derive a stable one from the location so reruns agree.
         return "anon-" + hashlib.sha1(f"{os.path.basename(path)}:{where}".encode()).hexdigest()[:12]
-    return str(raw).strip()
+    return text
+
+
+def checked_conversation_id(raw, field: str, path: str, where: int, errors: list[ErrorEntry]) -> str:
+    """`conversation_id`, recording an id of the wrong type (a list, a dict) that had to be replaced."""
+    cid = conversation_id(raw, path, where)
+    if raw is not None and not isinstance(raw, str) and scalar_text(raw) is None:
+        errors.append(ErrorEntry(path, where, field, "bad_field", f"{path}:{where}: field '{field}' is a {type(raw).__name__}, not a string; the conversation is read as {cid}"))
+    return cid
+
+
+def as_list(value, field: str, cid: str, path: str, where: int, errors: list[ErrorEntry]) -> list:
+    """`value` when it is a list, [] when absent; any other type is recorded and read as []."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return value
+    errors.append(ErrorEntry(path, where, field, "bad_field", f"{path}:{where}: {cid}: field '{field}' is a {type(value).__name__}, not a list; its content is not read"))
+    return []
+
+
+def short(value) -> str:
+    """A value for an error message: reprlib keeps a 200K-character text or a deep list short."""
+    return reprlib.repr(value)
+
+
+def source_key(path: str, root: str | None = None) -> str:
+    """The file's path relative to the input root ('/'-separated), which error ids are built from,
+    so the same file gives the same ids whether the input was named by a relative or an absolute
+    path. Without a root (callers that know none), the resolved absolute path, which is as stable."""
+    real = os.path.realpath(path)
+    if root is None:
+        return real
+    base = os.path.realpath(root)
+    if not os.path.isdir(base):
+        return os.path.basename(real)
+    return Path(os.path.relpath(real, base)).as_posix()
 
 
 def validated_turns(raw_turns: list[dict], cid: str, path: str, where: int, errors: list[ErrorEntry], cfg: ReadConfig) -> list[Turn]:
@@ -67,22 +121,18 @@ def validated_turns(raw_turns: list[dict], cid: str, path: str, where: int, erro
         fld = rt.get("field_prefix", f"turns[{k}]")
         text = rt.get("text")
         if rt.get("bad"):
-            errors.append(ErrorEntry(path, line, fld, "bad_turn", f"{cid}: {fld} is not an object", cid))
+            errors.append(ErrorEntry(path, line, fld, "bad_turn", f"{path}:{line}: {cid}: {fld} is a {rt.get('bad_type', 'value')}, not an object; turn skipped", cid))
             continue
         if text is None or not isinstance(text, str) or not text.strip():
-            what = "missing" if text is None else "empty"
-            errors.append(ErrorEntry(path, line, f"{fld}.text", "missing_field", f"{cid}: {fld} has {what} text; turn skipped", cid))
+            errors.append(ErrorEntry(path, line, f"{fld}.text", "missing_field", f"{path}:{line}: {cid}: {fld} has {_text_problem(text)}; turn skipped", cid))
             continue
-        speaker = rt.get("speaker")
-        if speaker is None or not str(speaker).strip():
-            errors.append(ErrorEntry(path, line, f"{fld}.speaker", "missing_field", f"{cid}: {fld} has no speaker; kept as 'unknown'", cid))
+        speaker = scalar_text(rt.get("speaker"))
+        if not speaker:
+            errors.append(ErrorEntry(path, line, f"{fld}.speaker", "missing_field", f"{path}:{line}: {cid}: {fld} has no speaker; kept as 'unknown'", cid))
             speaker = "unknown"
-        turn_id = str(rt.get("turn_id") or f"{rt.get('session_id', 'session_1')}:{k + 1}")
-        if turn_id in seen_ids:
-            new_id = f"{turn_id}#{k}"
-            errors.append(ErrorEntry(path, line, f"{fld}.turn_id", "duplicate_turn_id", f"{cid}: turn id {turn_id} repeats; renamed {new_id}", cid))
-            turn_id = new_id
-        seen_ids.add(turn_id)
+        session_id = scalar_text(rt.get("session_id")) or "session_1"
+        turn_id = _unique_turn_id(scalar_text(rt.get("turn_id")) or f"{session_id}:{k + 1}", k, seen_ids, fld, cid, path, line, errors)
+        timestamp = _checked_timestamp(rt.get("timestamp"), f"{fld}.timestamp", cid, path, line, errors)
         for part_no, part in enumerate(_split_oversized(text, cfg.max_turn_tokens)):
             pid = turn_id if part_no == 0 else f"{turn_id}#p{part_no + 1}"
             if part_no == 1:
@@ -91,22 +141,52 @@ def validated_turns(raw_turns: list[dict], cid: str, path: str, where: int, erro
                 Turn(
                     turn_id=pid,
                     turn_idx=len(turns),
-                    session_id=str(rt.get("session_id") or "session_1"),
-                    speaker=str(speaker),
-                    role=str(rt.get("role") or speaker),
+                    session_id=session_id,
+                    speaker=speaker,
+                    role=scalar_text(rt.get("role")) or speaker,
                     text=part,
-                    timestamp=_iso_or_none(rt.get("timestamp")),
+                    timestamp=timestamp,
                     has_answer=rt.get("has_answer") if isinstance(rt.get("has_answer"), bool) else None,
                 )
             )
     return turns
 
 
-def _iso_or_none(value) -> str | None:
+def scalar_text(value) -> str | None:
+    """A string or number as stripped text; None for anything else (a list, a dict, a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    return str(value).strip() or None
+
+
+def _unique_turn_id(turn_id: str, k: int, seen_ids: set[str], fld: str, cid: str, path: str, line, errors: list[ErrorEntry]) -> str:
+    new_id = turn_id
+    while new_id in seen_ids:  # a loop: the renamed id may itself be taken ("t1" twice beside "t1#1")
+        new_id = f"{new_id}#{k}"
+    if new_id != turn_id:
+        errors.append(ErrorEntry(path, line, f"{fld}.turn_id", "duplicate_turn_id", f"{cid}: turn id {turn_id} repeats; renamed {new_id}", cid))
+    seen_ids.add(new_id)
+    return new_id
+
+
+def _text_problem(text) -> str:
+    if text is None:
+        return "no text"
+    if not isinstance(text, str):
+        return f"text that is a {type(text).__name__}, not a string"
+    return "empty text"
+
+
+def _checked_timestamp(value, field: str, cid: str, path: str, line, errors: list[ErrorEntry]) -> str | None:
+    """The turn's time as ISO, or None; a stamp that does not parse is recorded (the turn stays)."""
     if value is None or value == "":
         return None
-    parsed = parse_source_datetime(str(value))
-    return parsed.isoformat() if parsed else None
+    # Parquet gives datetime and date objects; str() of those parses. A list or dict never does.
+    parsed = parse_source_datetime(value if isinstance(value, (str, datetime)) else str(value) if isinstance(value, (int, float, date)) else None)
+    if parsed is None:
+        errors.append(ErrorEntry(path, line, field, "bad_timestamp", f"{path}:{line}: {cid}: {field} {short(value)} is not a date; the turn is kept without a time", cid))
+        return None
+    return parsed.isoformat()
 
 
 def _split_oversized(text: str, max_tokens: int) -> list[str]:
@@ -146,9 +226,11 @@ def finish(conv: Conversation, errors: list[ErrorEntry]) -> Conversation:
     return conv
 
 
-def error_conversation(entry: ErrorEntry) -> Conversation:
-    """A placeholder conversation that carries an input error into the output tables."""
-    key = f"{entry.source_file}:{entry.line}:{entry.kind}"
+def error_conversation(entry: ErrorEntry, file_key: str | None = None) -> Conversation:
+    """A placeholder conversation that carries an input error into the output tables. Its id
+    hashes the file's key (`source_key`: the path relative to the input root) with the line and
+    kind, so a rerun finds the same row however the input path was spelled."""
+    key = f"{file_key or source_key(entry.source_file)}:{entry.line}:{entry.kind}"
     cid = "error-" + hashlib.sha1(key.encode()).hexdigest()[:12]
     entry.conversation_id = cid
     conv = Conversation(conversation_id=cid, source="error", source_file=entry.source_file, status="error", error=entry.message)

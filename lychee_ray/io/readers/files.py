@@ -1,8 +1,16 @@
 """Files -> conversations: which input files there are, and every conversation of one file.
 
-A file is decoded leniently (bad UTF-8 is recorded per line), parsed as one JSON document or as
-JSONL, and each object's format is detected from its keys and dispatched to its reader; a reader
-that raises costs only that object. `read_file` is what the ingest job's read tasks run per file;
+The content decides how a file is read, not its name: gzip and zstd are unpacked (found by their
+magic bytes), Parquet is found by its magic, and text is parsed as one JSON document or as JSON
+Lines. A file that is none of these is an `unsupported_format` error row, so every file under an
+input folder is either read or named; only a lychee-ray store inside the folder (an output written
+there) is never read as input.
+
+Nothing in a file stops the read. Text is decoded leniently (bad UTF-8 is recorded per line);
+values nested too deeply for the parser are cut to null and recorded; each object's format is
+detected from its keys and dispatched to its reader, and a reader that raises costs only that
+object; a conversation id seen twice in one file keeps its first copy and the later one becomes a
+`duplicate_id` error row. `read_file` is what the ingest job's read tasks run per file;
 `iter_conversations` is the local, non-Ray path.
 """
 
@@ -10,12 +18,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from lychee_ray.config import ReadConfig
 from lychee_ray.io.readers.chat import read_chat
-from lychee_ray.io.readers.common import ErrorEntry, InputError, error_conversation
+from lychee_ray.io.readers.common import (
+    ErrorEntry,
+    InputError,
+    error_conversation,
+    scalar_text,
+    short,
+    source_key,
+)
 from lychee_ray.io.readers.locomo import read_locomo
 from lychee_ray.io.readers.longmemeval import read_longmemeval
 from lychee_ray.io.readers.turns import conversation_from_turn_rows, read_turn_parquet
@@ -23,57 +41,329 @@ from lychee_ray.schemas import Conversation
 
 log = logging.getLogger(__name__)
 
-
-INPUT_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet")
+JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
+COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+_PARQUET_MAGIC = b"PAR1"
+# How lychee_ray.store.manifest marks a store (io sits below store, so the names are repeated
+# here; tests/test_hostile_read.py checks that they agree).
+STORE_MARKER = "manifest.json"
+STORE_FORMAT = "lychee-ray-store"
+# Deeper than this, an array or object is cut to null when the parser runs out of recursion:
+# well under Python's limit of 1,000 frames, so parsing and printing what is left is safe.
+MAX_DEPTH = 400
+_CHUNK = 1 << 16
+_MAX_UTF8_ROWS = 100  # a binary file would otherwise give one bad_utf8 row per "line"
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*+"|[\[\]{}]')  # strings whole (possessive: no backtracking), brackets
 
 
 # --------------------------------------------------------------------------------------------
 # Planning: which files
 # --------------------------------------------------------------------------------------------
-def list_input_files(path: str) -> list[str]:
-    """The input files under `path` (a file or a directory, searched recursively), sorted."""
+def list_input_files(path: str, exclude: str | None = None) -> list[str]:
+    """Every file under `path` (a file or a directory, searched recursively), sorted. A folder
+    holding a lychee-ray store, and `exclude` (the run's output), are never input: a rerun with
+    the output inside the input must not read its own manifest and Parquet parts."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"input {path} does not exist")
     if p.is_file():
         return [str(p)]
-    files = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES)
+    files = sorted(_walk(path, exclude))
     if not files:
-        raise InputError(f"input directory {path} holds no {'/'.join(INPUT_SUFFIXES)} files")
+        raise InputError(f"input directory {path} holds no files (a lychee-ray store in it is not input)")
     return files
+
+
+def _walk(root: str, exclude: str | None) -> Iterator[str]:
+    skip = os.path.realpath(exclude) if exclude else None
+    for folder, subfolders, names in os.walk(root):
+        if os.path.realpath(folder) == skip or is_store(folder):
+            log.info("not reading %s as input: it is a lychee-ray store", folder)
+            subfolders.clear()
+            continue
+        yield from (os.path.join(folder, name) for name in names)
+
+
+def is_store(folder: str) -> bool:
+    """Whether `folder` holds a lychee-ray store: a manifest.json with the store's format tag."""
+    try:
+        with open(os.path.join(folder, STORE_MARKER), "rb") as fh:
+            manifest = json.loads(fh.read(1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == STORE_FORMAT
 
 
 # --------------------------------------------------------------------------------------------
 # Execution: one file -> conversations
 # --------------------------------------------------------------------------------------------
-def read_file(path: str, cfg: ReadConfig) -> Iterator[Conversation]:
-    """Yield every conversation of one file, plus error conversations for what cannot be read."""
-    if path.lower().endswith(".parquet"):
-        yield from read_turn_parquet(path, cfg)
-        return
+def read_file(path: str, cfg: ReadConfig, root: str | None = None) -> Iterator[Conversation]:
+    """Yield every conversation of one file, plus error conversations for what cannot be read.
+    `root` is the input path the file was listed under: error ids are built from the file's path
+    relative to it, so a rerun spelling the input differently finds the same rows."""
+    reader = _FileReader(path, source_key(path, root), cfg)
+    seen: set[str] = set()
+    for conv in reader.conversations():
+        yield _unique_id(conv, seen)
+
+
+def iter_conversations(paths: Iterable[str], cfg: ReadConfig, root: str | None = None) -> Iterator[Conversation]:
+    """All conversations of all files, in order (the local, non-Ray path and tests)."""
+    for path in paths:
+        yield from read_file(path, cfg, root)
+
+
+def _unique_id(conv: Conversation, seen: set[str]) -> Conversation:
+    # Real duplicates are caught with their line by `_FileReader.claim`; this only guards error
+    # rows, whose ids could meet if one line ever gave two problems of one kind.
+    cid, n = conv.conversation_id, 1
+    while conv.conversation_id in seen:
+        n += 1
+        conv.conversation_id = f"{cid}-{n}"
+    for row in conv.errors:
+        if row["conversation_id"] == cid:
+            row["conversation_id"] = conv.conversation_id
+    seen.add(conv.conversation_id)
+    return conv
+
+
+class _FileReader:
+    """One file's read: its bytes to conversations, recording every problem on the way."""
+
+    def __init__(self, path: str, key: str, cfg: ReadConfig):
+        self.path, self.key, self.cfg = path, key, cfg
+        self.unit = "line"  # "item" in a JSON document: what the number in a message counts
+        self.first_seen: dict[str, int] = {}  # conversation id -> line or item of its first copy
+        self.file_notes: list[ErrorEntry] = []  # problems of the file as a whole (bad UTF-8)
+
+    def conversations(self) -> Iterator[Conversation]:
+        """`_read`, with the file's notes on the first conversation after they are known, and a
+        last net: a bug or an unforeseen shape ends this file with one error row, never the run."""
+        attached = False
+        try:
+            for conv in self._read():
+                if self.file_notes and not attached:
+                    self._attach_notes(conv)
+                    attached = True
+                yield conv
+        except Exception as exc:
+            log.exception("reading %s failed", self.path)
+            yield self.error(None, None, "reader_error", f"{self.path}: reading stopped early: {type(exc).__name__}: {short(str(exc))}")
+        if self.file_notes and not attached:
+            conv = error_conversation(self.file_notes[0], self.key)
+            self._attach_notes(conv, skip=1)
+            yield conv
+
+    def _attach_notes(self, conv: Conversation, skip: int = 0) -> None:
+        for note in self.file_notes[skip:]:
+            note.conversation_id = conv.conversation_id
+            conv.errors.append(note.as_row())
+
+    def error(self, where: int | None, field: str | None, kind: str, message: str) -> Conversation:
+        return error_conversation(ErrorEntry(self.path, where, field, kind, message), self.key)
+
+    def place(self, where: int) -> str:
+        return f"{self.path}:{where}" if self.unit == "line" else f"{self.path} item {where}"
+
+    # ---- bytes -------------------------------------------------------------------------------
+    def _read(self) -> Iterator[Conversation]:
+        try:
+            raw = _bytes_unless_parquet(self.path)
+        except OSError as exc:
+            yield self.error(None, None, "unreadable", f"cannot read {self.path}: {exc.strerror or exc}")
+            return
+        if raw is None:
+            yield from read_turn_parquet(self.path, self.cfg, self.key)
+            return
+        raw, codecs, problem = _unpacked(raw)
+        if problem:
+            yield self.error(None, None, "bad_compression", f"{self.path}: its {codecs[-1]} data {problem}; what came before that is read")
+        if not raw or raw.isspace():  # isspace stops at the first other byte: no copy of a big file
+            yield self.error(None, None, "empty_file", f"{self.path} is empty" + (f" after {'+'.join(codecs)} decompression" if codecs else ""))
+            return
+        kind = _sniff(raw, _inner_suffix(self.path))
+        if kind == "parquet":
+            import pyarrow as pa
+
+            yield from read_turn_parquet(self.path, self.cfg, self.key, source=pa.BufferReader(raw))
+        elif kind == "unsupported":
+            yield self.error(None, None, "unsupported_format", _unsupported_message(self.path, codecs))
+        else:
+            yield from self._read_text(raw)
+
+    def _read_text(self, raw: bytes) -> Iterator[Conversation]:
+        text, self.file_notes = _decode(raw, self.path)
+        text = text.removeprefix("\ufeff")  # a byte-order mark is no JSON
+        layout, value = _layout(text, _inner_suffix(self.path))
+        if layout == "document":
+            doc, cuts = value
+            self.unit = "item" if isinstance(doc, list) else "line"
+            yield from self._too_deep(text, cuts)
+            yield from self._read_items(doc if isinstance(doc, list) else [doc])
+        elif layout == "lines":
+            yield from self._read_lines(text)
+        elif isinstance(value, json.JSONDecodeError):
+            yield self.error(value.lineno, None, "bad_json", f"{self.path}:{value.lineno}: not valid JSON ({value.msg} at column {value.colno}); the file is one broken document and is not read")
+        else:
+            yield self.error(None, None, "too_deep", f"{self.path}: nested too deeply to parse; the file is not read")
+
+    # ---- JSON ---------------------------------------------------------------------------------
+    def _read_lines(self, text: str) -> Iterator[Conversation]:
+        turn_rows: dict[str, list[tuple[int, dict]]] = {}
+        # split on "\n" only: str.splitlines also splits at U+2028 and friends, which JSON allows
+        # raw inside strings, and the line numbers must agree with `_decode`'s
+        for lineno, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj, cuts = _loads(line)
+            except json.JSONDecodeError as exc:
+                yield self.error(lineno, None, "bad_json", f"{self.path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            except RecursionError:
+                yield self.error(lineno, None, "too_deep", f"{self.path}:{lineno}: nested too deeply to parse; line skipped")
+                continue
+            yield from self._too_deep(line, cuts, lineno)
+            yield from self._read_item(obj, lineno, turn_rows)
+        yield from self._turn_conversations(turn_rows)
+
+    def _read_items(self, items: list) -> Iterator[Conversation]:
+        turn_rows: dict[str, list[tuple[int, dict]]] = {}
+        for idx, obj in enumerate(items):
+            yield from self._read_item(obj, idx + 1, turn_rows)  # 1-based item index stands in for a line
+        yield from self._turn_conversations(turn_rows)
+
+    def _read_item(self, obj, where: int, turn_rows: dict) -> Iterator[Conversation]:
+        """One parsed line or document item; whatever goes wrong costs only this item."""
+        try:
+            if not isinstance(obj, dict):
+                yield self.error(where, None, "bad_record", f"{self.place(where)}: expected a JSON object, got {type(obj).__name__}")
+                return
+            kind = _detect_object(obj)
+            if kind == "turn":
+                turn_rows.setdefault(scalar_text(obj.get("conversation_id")) or "None", []).append((where, obj))
+            elif kind is None:
+                yield self.error(where, None, "unknown_format", f"{self.place(where)}: object with keys {short(sorted(obj)[:8])} is not a known conversation or turn format")
+            else:
+                reader = {"locomo": read_locomo, "longmemeval": read_longmemeval, "chat": read_chat}[kind]
+                yield self.claim(reader(obj, self.path, where, self.cfg), where)
+        except Exception as exc:  # a reader bug or a shape we did not foresee: record, go on
+            log.exception("reading %s failed", self.place(where))
+            yield self.error(where, None, "reader_error", f"{self.place(where)}: {type(exc).__name__}: {short(str(exc))}")
+
+    def _turn_conversations(self, turn_rows: dict) -> Iterator[Conversation]:
+        for cid, rows in turn_rows.items():
+            yield self.claim(conversation_from_turn_rows(cid, rows, self.path, "turns", self.cfg), rows[0][0])
+
+    def _too_deep(self, text: str, cuts: list[int], lineno: int | None = None) -> Iterator[Conversation]:
+        """One error row per line where values were cut to null (the rest of the value is read)."""
+        lines: dict[int, int] = {}
+        for offset in cuts:
+            line = lineno if lineno is not None else text.count("\n", 0, offset) + 1
+            lines[line] = lines.get(line, 0) + 1
+        for line, n in lines.items():
+            yield self.error(line, None, "too_deep", f"{self.path}:{line}: {n} value(s) nested more than {MAX_DEPTH} levels deep were read as null")
+
+    def claim(self, conv: Conversation, where: int) -> Conversation:
+        """The first copy of a conversation id in this file wins; a later copy becomes a
+        `duplicate_id` error row naming both places (two copies would sink the writer's batch)."""
+        first = self.first_seen.setdefault(conv.conversation_id, where)
+        if first == where:
+            return conv
+        dup = self.error(
+            where,
+            "conversation_id",
+            "duplicate_id",
+            f"{self.place(where)}: conversation id {short(conv.conversation_id)} already appeared at {self.unit} {first} of this file; "
+            f"this copy ({len(conv.turns)} turns, {len(conv.questions)} questions) is not read",
+        )
+        dup.n_input_turns = len(conv.turns)
+        return dup
+
+
+# --------------------------------------------------------------------------------------------
+# Formats, by content
+# --------------------------------------------------------------------------------------------
+def _bytes_unless_parquet(path: str) -> bytes | None:
+    """The file's bytes, or None for Parquet, which pyarrow reads by path (not loaded whole here)."""
+    with open(path, "rb") as fh:
+        if fh.read(4) == _PARQUET_MAGIC:
+            return None
+        fh.seek(0)
+        return fh.read()
+
+
+def _unpacked(raw: bytes) -> tuple[bytes, list[str], str | None]:
+    """Gzip or zstd content unpacked (by magic bytes, nested up to 3 deep): (bytes, codecs, problem)."""
+    codecs: list[str] = []
+    while len(codecs) < 3 and (codec := _MAGIC.get(raw[:2]) or _MAGIC.get(raw[:4])):
+        codecs.append(codec)
+        raw, problem = (_gunzip if codec == "gzip" else _unzstd)(raw)
+        if problem:
+            return raw, codecs, problem
+    return raw, codecs, None
+
+
+def _gunzip(raw: bytes) -> tuple[bytes, str | None]:
+    """gzip (zlib's gzip mode: the gzip module drops the part it had decoded when the stream
+    breaks), fed in chunks so a truncated or corrupt file still gives what came before the damage;
+    a file may hold several gzip members one after another."""
+    out: list[bytes] = []
+    rest = raw
+    while rest[:2] == b"\x1f\x8b":
+        member = zlib.decompressobj(wbits=31)
+        pos = 0
+        try:
+            while not member.eof and pos < len(rest):
+                out.append(member.decompress(rest[pos : pos + _CHUNK]))
+                pos += _CHUNK
+        except zlib.error as exc:
+            return b"".join(out), f"is corrupt ({exc})"
+        if not member.eof:
+            return b"".join(out), "is truncated"
+        rest = member.unused_data + rest[pos:]
+    return b"".join(out), None
+
+
+def _unzstd(raw: bytes) -> tuple[bytes, str | None]:
+    import pyarrow as pa
+
+    out = bytearray()
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        yield error_conversation(ErrorEntry(path, None, None, "unreadable", f"cannot read {path}: {exc}"))
-        return
-    text, utf8_errors = _decode(raw, path)
-    stripped = text.lstrip()
-    if not stripped:
-        yield error_conversation(ErrorEntry(path, None, None, "empty_file", f"{path} is empty"))
-        return
-    if path.lower().endswith((".jsonl", ".ndjson")) or not _parses_as_one_document(stripped):
-        convs = _read_jsonl(path, text, cfg)
-    else:
-        convs = _read_json_document(path, json.loads(text, strict=False), cfg)
-    first = True
-    for conv in convs:
-        if first and utf8_errors:
-            # Attach decode problems to the first conversation so they land in `errors`.
-            conv.errors.extend(e.as_row() for e in utf8_errors)
-            first = False
-        yield conv
-    if first and utf8_errors:
-        yield error_conversation(utf8_errors[0])
+        with pa.CompressedInputStream(pa.BufferReader(raw), "zstd") as stream:
+            while chunk := stream.read(_CHUNK):
+                out += chunk
+    except (pa.ArrowException, OSError) as exc:
+        return bytes(out), f"is corrupt or truncated ({exc})"
+    return bytes(out), None
+
+
+def _inner_suffix(path: str) -> str:
+    """The suffix that names the content: "a.jsonl.gz" -> ".jsonl"."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    while suffixes and suffixes[-1] in COMPRESSION_SUFFIXES:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
+def _sniff(raw: bytes, suffix: str) -> str:
+    """"parquet", "json" or "unsupported", from the content first and the name second."""
+    if raw[:4] == _PARQUET_MAGIC:
+        return "parquet"
+    if raw[:4096].removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"["):
+        return "json"
+    if suffix in JSON_SUFFIXES:
+        return "json"  # broken JSON still gives its errors line by line
+    if suffix == ".parquet":
+        return "parquet"  # a broken Parquet file: read_turn_parquet names the problem
+    return "unsupported"
+
+
+def _unsupported_message(path: str, codecs: list[str]) -> str:
+    suffix = "".join(Path(path).suffixes[-2:]) or "suffix-less"
+    after = f" (after {'+'.join(codecs)} decompression)" if codecs else ""
+    return f"{path}: a {suffix} file whose content is not JSON, JSON Lines or Parquet{after}; not read"
 
 
 def _decode(raw: bytes, path: str) -> tuple[str, list[ErrorEntry]]:
@@ -90,61 +380,72 @@ def _decode(raw: bytes, path: str) -> tuple[str, list[ErrorEntry]]:
             errors.append(
                 ErrorEntry(path, lineno, None, "bad_utf8", f"{path}:{lineno}: invalid UTF-8 at byte {exc.start} of the line; replaced with U+FFFD")
             )
+    if len(errors) > _MAX_UTF8_ROWS:
+        rest = len(errors) - _MAX_UTF8_ROWS
+        errors = errors[:_MAX_UTF8_ROWS] + [ErrorEntry(path, None, None, "bad_utf8", f"{path}: {rest} more lines hold invalid UTF-8, replaced with U+FFFD (not listed one by one)")]
     return raw.decode("utf-8", errors="replace"), errors
 
 
-def _parses_as_one_document(text: str) -> bool:
+def _layout(text: str, suffix: str) -> tuple[str, object]:
+    """("document", (value, cuts)) for one JSON value; ("lines", None) for JSON Lines: several
+    values, or text that does not parse as a whole but has a line that is an object on its own
+    (JSON Lines with broken lines); ("broken", the error) for one document that does not parse.
+    The suffix only breaks the tie for broken text: a .jsonl file is read line by line."""
     try:
-        json.loads(text, strict=False)
-        return True
+        return "document", _loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        several = isinstance(exc, json.JSONDecodeError) and exc.msg == "Extra data"
+        if several or suffix in (".jsonl", ".ndjson") or any(_is_object_line(line) for line in text.split("\n")):
+            return "lines", None
+        return "broken", exc
+
+
+def _is_object_line(line: str) -> bool:
+    if not line.lstrip().startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line, strict=False), dict)
     except json.JSONDecodeError:
         return False
+    except RecursionError:
+        return True  # an object on one line, only too deep: a JSON Lines line all the same
 
 
-def _read_jsonl(path: str, text: str, cfg: ReadConfig) -> Iterator[Conversation]:
-    turn_rows: dict[str, list[tuple[int, dict]]] = {}
-    any_line = False
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+def _loads(text: str) -> tuple[object, list[int]]:
+    """json.loads that survives any depth: when the parser runs out of recursion, every array or
+    object deeper than MAX_DEPTH is cut to null first. (value, offsets of the cuts in `text`)."""
+    try:
+        return json.loads(text, strict=False), []
+    except RecursionError:
+        cut, offsets = _cut_deep(text, MAX_DEPTH)
+        return json.loads(cut, strict=False), offsets
+
+
+def _cut_deep(text: str, limit: int) -> tuple[str, list[int]]:
+    """`text` with every array or object that opens deeper than `limit` replaced by null.
+    Iterative (a regex over strings and brackets), so no depth can exhaust it."""
+    pieces, offsets = [], []
+    depth, kept_to, cut_from = 0, 0, None
+    for m in _STRUCTURE.finditer(text):
+        token = m.group()
+        if token[0] == '"':
             continue
-        any_line = True
-        try:
-            obj = json.loads(line, strict=False)
-        except json.JSONDecodeError as exc:
-            yield error_conversation(ErrorEntry(path, lineno, None, "bad_json", f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"))
+        if token in "[{":
+            depth += 1
+            if depth == limit + 1:
+                cut_from = m.start()
             continue
-        if not isinstance(obj, dict):
-            yield error_conversation(ErrorEntry(path, lineno, None, "bad_record", f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}"))
-            continue
-        kind = _detect_object(obj)
-        if kind == "turn":
-            cid = str(obj.get("conversation_id"))
-            turn_rows.setdefault(cid, []).append((lineno, obj))
-        elif kind is None:
-            yield error_conversation(ErrorEntry(path, lineno, None, "unknown_format", f"{path}:{lineno}: object with keys {sorted(obj)[:8]} is not a known conversation or turn format"))
-        else:
-            yield from _read_object(kind, obj, path, lineno, cfg)
-    if not any_line:
-        yield error_conversation(ErrorEntry(path, None, None, "empty_file", f"{path} holds no lines"))
-    for cid, rows in turn_rows.items():
-        yield conversation_from_turn_rows(cid, rows, path, "turns", cfg)
-
-
-def _read_json_document(path: str, doc, cfg: ReadConfig) -> Iterator[Conversation]:
-    items = doc if isinstance(doc, list) else [doc]
-    turn_rows: dict[str, list[tuple[int, dict]]] = {}
-    for idx, obj in enumerate(items):
-        where = idx + 1  # 1-based item index stands in for a line number in JSON arrays
-        kind = _detect_object(obj) if isinstance(obj, dict) else None
-        if kind == "turn":
-            turn_rows.setdefault(str(obj.get("conversation_id")), []).append((where, obj))
-        elif kind is None:
-            keys = sorted(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
-            yield error_conversation(ErrorEntry(path, where, None, "unknown_format", f"{path}: item {where} ({keys}) is not a known conversation format"))
-        else:
-            yield from _read_object(kind, obj, path, where, cfg)
-    for cid, rows in turn_rows.items():
-        yield conversation_from_turn_rows(cid, rows, path, "turns", cfg)
+        if depth == limit + 1 and cut_from is not None:
+            pieces += [text[kept_to:cut_from], "null"]
+            offsets.append(cut_from)
+            kept_to, cut_from = m.end(), None
+        depth = max(depth - 1, 0)
+    if cut_from is not None:  # never closed: cut to the end, the parser then names what is missing
+        pieces += [text[kept_to:cut_from], "null"]
+        offsets.append(cut_from)
+        kept_to = len(text)
+    pieces.append(text[kept_to:])
+    return "".join(pieces), offsets
 
 
 def _detect_object(obj: dict) -> str | None:
@@ -157,18 +458,3 @@ def _detect_object(obj: dict) -> str | None:
     if "conversation_id" in obj and any(k in obj for k in ("text", "content", "speaker", "role")):
         return "turn"
     return None
-
-
-def _read_object(kind: str, obj: dict, path: str, where: int, cfg: ReadConfig) -> Iterator[Conversation]:
-    reader = {"locomo": read_locomo, "longmemeval": read_longmemeval, "chat": read_chat}[kind]
-    try:
-        yield reader(obj, path, where, cfg)
-    except Exception as exc:  # a reader bug or a shape we did not foresee: record, go on
-        log.exception("reading %s item %s failed", path, where)
-        yield error_conversation(ErrorEntry(path, where, None, "reader_error", f"{path}:{where}: {type(exc).__name__}: {exc}"))
-
-
-def iter_conversations(paths: Iterable[str], cfg: ReadConfig) -> Iterator[Conversation]:
-    """All conversations of all files, in order (the local, non-Ray path and tests)."""
-    for path in paths:
-        yield from read_file(path, cfg)

@@ -4,17 +4,27 @@ is one conversation holding one question.
 Each session's date stamps all of its turns; the gold evidence is the turns marked `has_answer`,
 and abstention questions (ids ending in `_abs`) get the category suffix `_abs`. Exchanges are
 grouped by role.
+
+A bad part costs only itself: a session that is not a list, a turn that is not an object, a
+missing or unparseable date are each an `errors` row, and every valid turn and the question are
+kept.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from lychee_ray.config import ReadConfig
 from lychee_ray.dates import parse_source_datetime
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import (
     ErrorEntry,
-    conversation_id,
+    Recorder,
+    as_list,
+    checked_conversation_id,
     finish,
+    scalar_text,
+    short,
     validated_turns,
 )
 from lychee_ray.schemas import Conversation, Question
@@ -24,40 +34,69 @@ from lychee_ray.schemas import Conversation, Question
 # LongMemEval
 # --------------------------------------------------------------------------------------------
 def read_longmemeval(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conversation:
-    cid = conversation_id(obj.get("question_id"), path, where)
-    conv = Conversation(conversation_id=cid, source="longmemeval", source_file=path)
     errors: list[ErrorEntry] = []
-    session_ids = obj.get("haystack_session_ids") or []
-    dates = obj.get("haystack_dates") or []
+    cid = checked_conversation_id(obj.get("question_id"), "question_id", path, where, errors)
+    rec = Recorder(path, where, cid, errors)
+    conv = Conversation(conversation_id=cid, source="longmemeval", source_file=path)
+    session_ids = as_list(obj.get("haystack_session_ids"), "haystack_session_ids", cid, path, where, errors)
+    dates = as_list(obj.get("haystack_dates"), "haystack_dates", cid, path, where, errors)
     raw_turns = []
-    for s_idx, session in enumerate(obj.get("haystack_sessions") or []):
-        sid = str(session_ids[s_idx]) if s_idx < len(session_ids) else f"session_{s_idx + 1}"
-        stamp = parse_source_datetime(dates[s_idx]) if s_idx < len(dates) else None
-        for k, t in enumerate(session or [], start=1):
-            raw_turns.append(
-                dict(
-                    turn_id=f"{sid}:{k}",
-                    session_id=sid,
-                    speaker=t.get("role"),
-                    role=t.get("role"),
-                    text=t.get("content"),
-                    timestamp=stamp.isoformat() if stamp else None,
-                    has_answer=t.get("has_answer"),
-                    field_prefix=f"haystack_sessions[{s_idx}][{k - 1}]",
-                )
-            )
+    for s_idx, session in enumerate(as_list(obj.get("haystack_sessions"), "haystack_sessions", cid, path, where, errors)):
+        sid = (scalar_text(session_ids[s_idx]) if s_idx < len(session_ids) else None) or f"session_{s_idx + 1}"
+        stamp = _session_date(dates, s_idx, rec)
+        turns = as_list(session, f"haystack_sessions[{s_idx}]", cid, path, where, errors)
+        raw_turns += [_lme_turn(t, sid, s_idx, k, stamp) for k, t in enumerate(turns, start=1)]
     conv.turns = validated_turns(raw_turns, cid, path, where, errors, cfg)
-    qdate = parse_source_datetime(obj.get("question_date") or "")
+    question_id = scalar_text(obj.get("question_id")) or cid
     conv.questions = [
         Question(
             conversation_id=cid,
-            question_id=str(obj.get("question_id")),
-            question=str(obj.get("question") or ""),
-            answer=str(obj.get("answer") or ""),
-            category=str(obj.get("question_type") or "unknown") + ("_abs" if str(obj.get("question_id", "")).endswith("_abs") else ""),
+            question_id=question_id,
+            question=scalar_text(obj.get("question")) or "",
+            answer="" if obj.get("answer") is None else str(obj.get("answer")),
+            category=(scalar_text(obj.get("question_type")) or "unknown") + ("_abs" if question_id.endswith("_abs") else ""),
             evidence_turn_ids=[t.turn_id for t in conv.turns if t.has_answer],
-            question_date=qdate.isoformat() if qdate else None,
+            question_date=_question_date(obj.get("question_date"), rec),
         )
     ]
     conv.exchanges = group_exchanges(conv.turns, "role")
     return finish(conv, errors)
+
+
+def _session_date(dates: list, s_idx: int, rec: Recorder) -> datetime | None:
+    """haystack_dates[s_idx]; a missing or unparseable one is recorded, and the session's turns
+    have no time."""
+    raw = dates[s_idx] if s_idx < len(dates) else None
+    if raw is None or raw == "":
+        rec.record(f"haystack_dates[{s_idx}]", "missing_session_date", f"haystack_sessions[{s_idx}] has no date in haystack_dates; its turns have no time")
+        return None
+    stamp = parse_source_datetime(raw)
+    if stamp is None:
+        rec.record(f"haystack_dates[{s_idx}]", "bad_timestamp", f"haystack_dates[{s_idx}] {short(raw)} is not a date; the session's turns have no time")
+    return stamp
+
+
+def _lme_turn(t, sid: str, s_idx: int, k: int, stamp: datetime | None) -> dict:
+    field_prefix = f"haystack_sessions[{s_idx}][{k - 1}]"
+    if not isinstance(t, dict):
+        return dict(field_prefix=field_prefix, bad=True, bad_type=type(t).__name__)
+    return dict(
+        turn_id=f"{sid}:{k}",
+        session_id=sid,
+        speaker=t.get("role"),
+        role=t.get("role"),
+        text=t.get("content"),
+        timestamp=stamp.isoformat() if stamp else None,
+        has_answer=t.get("has_answer"),
+        field_prefix=field_prefix,
+    )
+
+
+def _question_date(raw, rec: Recorder) -> str | None:
+    if raw is None or raw == "":
+        rec.record("question_date", "unknown_question_date", "the item has no question_date, so its question has no date")
+        return None
+    stamp = parse_source_datetime(raw)
+    if stamp is None:
+        rec.record("question_date", "bad_timestamp", f"question_date {short(raw)} is not a date; the question has no date")
+    return stamp.isoformat() if stamp else None

@@ -32,16 +32,17 @@ def conversation_from_turn_rows(cid: str, rows: list[tuple[int, dict]], path: st
     return finish(conv, errors)
 
 
-def read_turn_parquet(path: str, cfg: ReadConfig) -> Iterator[Conversation]:
+def read_turn_parquet(path: str, cfg: ReadConfig, file_key: str | None = None, source=None) -> Iterator[Conversation]:
+    """Turn-level Parquet from `path`, or from `source` (a buffer: the file came compressed)."""
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(path if source is None else source)
     except Exception as exc:
-        yield error_conversation(ErrorEntry(path, None, None, "bad_parquet", f"{path} is not a readable Parquet file: {exc}"))
+        yield error_conversation(ErrorEntry(path, None, None, "bad_parquet", f"{path} is not a readable Parquet file: {exc}"), file_key)
         return
     if "conversation_id" not in table.column_names:
-        yield error_conversation(ErrorEntry(path, None, "conversation_id", "missing_field", f"{path}: turn-level Parquet needs a conversation_id column"))
+        yield error_conversation(ErrorEntry(path, None, "conversation_id", "missing_field", f"{path}: turn-level Parquet needs a conversation_id column"), file_key)
         return
     grouped: dict[str, list[tuple[int, dict]]] = {}
     for i, row in enumerate(table.to_pylist(), start=1):
