@@ -136,3 +136,40 @@ def test_llm_failures_fall_back_and_are_recorded_per_question(store_dir, fake_op
     assert item.answer_usage.prompt_tokens == usage[2]["prompt_tokens"]
     assert item.judge_usage.prompt_tokens == usage[3]["prompt_tokens"] + usage[4]["prompt_tokens"]
     assert item.plan_usage.calls + item.answer_usage.calls == 3
+
+
+def overall_accuracy(report: str) -> float:
+    header = next(line for line in report.splitlines() if line.startswith("| category"))
+    overall = next(line for line in report.splitlines() if line.startswith("| overall"))
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in overall.split("|")]))
+    return float(cells["judge_acc"])
+
+
+def test_the_judge_is_its_own_model_and_a_failing_judge_lowers_the_accuracy(store_dir, fake_openai, tmp_path):
+    """`judge:` sends every judge call to its own endpoint and model; the answering server gets
+    none. When every judge call fails, those questions count as wrong, not as not asked (that a
+    failed judgement lowers an accuracy above 0 is pinned in tests/test_accuracy_counts.py)."""
+    from lychee_ray.evaluate.job import run_evaluate
+    from tests.support.fake_openai import FakeOpenAIServer
+
+    n = 6
+    with FakeOpenAIServer(model="judge-model") as judge_server:
+        cfg = cfg_for(fake_openai, f"evaluate.max_questions={n}", "judge.model=judge-model", f"judge.base_url={judge_server.base_url}")
+        run_evaluate(cfg, store_dir, str(tmp_path / "judged"))
+        assert {r["schema_name"] for r in fake_openai.requests} == {"QueryPlan", "AnswerOutput"}
+        assert [(r["schema_name"], r["model"]) for r in judge_server.requests] == [("JudgeOutput", "judge-model")] * n
+        report = (tmp_path / "judged" / "report.md").read_text()
+        labels = [r["judge_label"] for r in answers_rows(tmp_path / "judged")]
+        assert overall_accuracy(report) == pytest.approx(round(labels.count("CORRECT") / n, 3)) and None not in labels
+        assert "judge-model via http://127.0.0.1" in report and "grades its own answers" not in report
+
+        judge_server.set_faults(p_invalid=1.0)  # every judge reply is schema-invalid, repair included
+        run_evaluate(cfg, store_dir, str(tmp_path / "judge-failed"))
+        report = (tmp_path / "judge-failed" / "report.md").read_text()
+        assert all(r["judge_label"] is None for r in answers_rows(tmp_path / "judge-failed"))
+        assert overall_accuracy(report) == 0.0
+        assert f"{n} judge calls with no label" in report
+
+    same = (tmp_path / "judged-by-itself")
+    run_evaluate(cfg_for(fake_openai, "evaluate.max_questions=2"), store_dir, str(same))
+    assert "**fake-model via http://127.0.0.1" in (same / "report.md").read_text() and "grades its own answers" in (same / "report.md").read_text()

@@ -85,7 +85,7 @@ def test_evaluate_writes_answers_and_report_to_s3_and_resumes(s3, evaluated):
     assert result.report_path == uri(s3[0], "eval/report.md")
     with fs.open_input_stream(f"{BUCKET}/eval/report.md") as src:
         report = src.read().decode()
-    assert f"questions ok: {MAX_QUESTIONS}" in result.headline
+    assert f"questions asked: {MAX_QUESTIONS} ({MAX_QUESTIONS} ok)" in result.headline
     assert f"{MAX_QUESTIONS} answered ok" in report
     f1, recall = re.search(r"F1 (\d\.\d{3}); evidence recall (\d\.\d{3})", result.headline).groups()
     overall = next(line for line in report.splitlines() if line.startswith("| overall"))

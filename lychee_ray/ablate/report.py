@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lychee_ray.evaluate.metrics import counts_as_correct
 from lychee_ray.evaluate.report import CATEGORY_NOTE
 from lychee_ray.plots import bar_chart, line_chart, markdown_table, scatter_labeled
 from lychee_ray.redact import mask_url
@@ -72,19 +73,20 @@ def quality_columns(items: list, categories: list[str], estimated: bool) -> dict
     ok = [i for i in items if i.status == "ok"]
     out = {"questions": len(ok), "question_errors": len(items) - len(ok)}
 
-    def judge(group):
-        labelled = [i for i in group if i.judge_label is not None]
-        return _mean(1.0 if i.judge_label == "CORRECT" else 0.0 for i in labelled) if labelled else None
+    judged = any(i.judge_label is not None for i in items)
+
+    def judge(group):  # over every question asked, errors included (evaluate.metrics.counts_as_correct)
+        return _mean(1.0 if counts_as_correct(i.status, i.answer_fallback, i.judge_label) else 0.0 for i in group) if judged and group else None
 
     def recall(group):
         return _mean(i.evidence_recall for i in group if i.evidence_turn_ids)
 
-    out.update(f1=_mean(i.f1 for i in ok), recall=recall(ok), judge_acc=judge(ok))
+    out.update(f1=_mean(i.f1 for i in ok), recall=recall(ok), judge_acc=judge(items))
     for cat in categories:
         group = [i for i in ok if i.category == cat]
         out[f"f1_{cat}"] = _mean(i.f1 for i in group)
         out[f"recall_{cat}"] = recall(group)
-        out[f"judge_{cat}"] = judge(group)
+        out[f"judge_{cat}"] = judge([i for i in items if i.category == cat])
     if estimated:
         out["query_tokens"] = _mean((i.est_prompt_tokens or 0) + (i.est_completion_tokens or 0) for i in ok)
     else:

@@ -49,6 +49,7 @@ ANSWERS_SCHEMA = pa.schema(
         ("context_tokens", pa.int64()),
         ("plan", pa.string()),
         ("judge_label", pa.string()),
+        ("answer_fallback", pa.bool_()),
         ("f1", pa.float64()),
         ("bleu1", pa.float64()),
         ("evidence_recall", pa.float64()),
@@ -65,6 +66,7 @@ ANSWERS_SCHEMA = pa.schema(
         ("answer_prompt_tokens", pa.int64()),
         ("judge_prompt_tokens", pa.int64()),
         ("judge_completion_tokens", pa.int64()),
+        ("cached_tokens", pa.int64()),
         ("llm_calls", pa.int64()),
     ]
 )
@@ -89,6 +91,7 @@ def answer_row(item: QAItem) -> dict:
         "context_tokens": item.context_tokens,
         "plan": item.plan_json,
         "judge_label": item.judge_label,
+        "answer_fallback": item.answer_fallback,
         "f1": item.f1,
         "bleu1": item.bleu1,
         "evidence_recall": item.evidence_recall,
@@ -99,6 +102,7 @@ def answer_row(item: QAItem) -> dict:
         "answer_prompt_tokens": answer.prompt_tokens,
         "judge_prompt_tokens": judge.prompt_tokens,
         "judge_completion_tokens": judge.completion_tokens,
+        "cached_tokens": plan.cached_tokens + answer.cached_tokens,  # prompt tokens the server's prefix cache served
         "llm_calls": plan.calls + answer.calls,
     }
     for name in ("naive_rag", "bm25"):

@@ -10,6 +10,8 @@ Lexical scores, computed for every answered question next to the LLM judge:
   comma-split partial F1 for multi-hop, the first ';' alternative of open-domain answers, and the
   "not mentioned" phrase test for adversarial questions.
 - `evidence_recall`: the share of gold evidence turns that the retrieved evidence covers.
+- `counts_as_correct`: the judge accuracy's rule for one question (the report's SQL twin is
+  `evaluate.report.CORRECT_SQL`).
 
 Pure functions, no I/O. Judge prompts live in `lychee_ray.llm.prompts`.
 """
@@ -26,6 +28,7 @@ from lychee_ray.schemas import LOCOMO_CATEGORIES
 
 __all__ = [
     "LOCOMO_ADVERSARIAL_PHRASES",
+    "counts_as_correct",
     "bleu1",
     "evidence_recall",
     "locomo_category_name",
@@ -191,3 +194,10 @@ def porter_stem(word: str) -> str:
 
         _STEMMER = PorterStemmer()
     return _STEMMER.stem(word)
+
+
+def counts_as_correct(status: str, answer_fallback: bool, judge_label: str | None) -> bool:
+    """Whether one asked question counts as correct: the judge said CORRECT of the model's own
+    answer. A pipeline error, a missing label and the rules fallback after a failed answer call
+    count as wrong, so the accuracy's denominator is every question asked."""
+    return status == "ok" and not answer_fallback and judge_label == "CORRECT"

@@ -43,26 +43,51 @@ def _answers(out_dir: str, keep: list) -> duckdb.DuckDBPyConnection:
     return con
 
 
+# Every question asked counts in the accuracy (Mem0's harness counts a failed judgement as wrong):
+# a CORRECT label counts only on a row that answered ok with the model's own answer. A pipeline
+# error, a judge that gave no label, and the rules extractive fallback after a failed answer call
+# all count as wrong, and the report shows each count beside the accuracy.
+CORRECT_SQL = "case when status = 'ok' and not coalesce(answer_fallback, false) and judge_label = 'CORRECT' then 1.0 else 0.0 end"
+CATEGORY_SQL = f"""
+    select {{group}} category, count(*) n, count(*) filter (where status = 'ok') n_ok,
+           avg(coalesce(f1, 0.0)) f1, avg(coalesce(bleu1, 0.0)) bleu1,
+           avg({CORRECT_SQL}) acc,
+           avg(evidence_recall) recall, avg(naive_rag_recall) naive_recall, avg(bm25_recall) bm25_recall,
+           avg(naive_rag_f1) naive_f1, avg(bm25_f1) bm25_f1
+    from answers {{group_by}}
+"""
+
+
 def _category_rows(con, has_judge: bool) -> list[dict]:
-    rows = con.execute(
-        """
-        select category, count(*) n,
-               avg(f1) f1, avg(bleu1) bleu1,
-               avg(case when judge_label is null then null when judge_label = 'CORRECT' then 1.0 else 0.0 end) acc,
-               avg(evidence_recall) recall, avg(naive_rag_recall) naive_recall, avg(bm25_recall) bm25_recall,
-               avg(naive_rag_f1) naive_f1, avg(bm25_f1) bm25_f1
-        from answers where status = 'ok' group by category
-        union all
-        select 'overall', count(*), avg(f1), avg(bleu1),
-               avg(case when judge_label is null then null when judge_label = 'CORRECT' then 1.0 else 0.0 end),
-               avg(evidence_recall), avg(naive_rag_recall), avg(bm25_recall), avg(naive_rag_f1), avg(bm25_f1)
-        from answers where status = 'ok'
-        """
-    ).fetchall()
-    cols = ("category", "n", "f1", "bleu1", "judge_acc", "recall", "naive_rag_recall", "bm25_recall", "naive_rag_f1", "bm25_f1")
+    """One row per category and one `overall`. Accuracy, F1 and BLEU-1 are over every question
+    asked (no answer scores 0); evidence recall is over the questions whose retrieval ran."""
+    per_category = CATEGORY_SQL.format(group="category", group_by="group by category")
+    overall = CATEGORY_SQL.format(group="'overall'", group_by="")
+    rows = con.execute(f"{per_category} union all {overall}").fetchall()
+    cols = ("category", "n", "n_ok", "f1", "bleu1", "judge_acc", "recall", "naive_rag_recall", "bm25_recall", "naive_rag_f1", "bm25_f1")
     out = [dict(zip(cols, r)) for r in rows]
+    if not has_judge:
+        for r in out:
+            r["judge_acc"] = None
     rank = {c: i for i, c in enumerate(CATEGORY_ORDER)}
     return sorted(out, key=lambda r: (r["category"] == "overall", rank.get(r["category"], 99), r["category"]))
+
+
+def _not_counted_as_correct(con, has_judge: bool) -> dict[str, int]:
+    """The questions that count as wrong whatever their label, by cause."""
+    errors, fallbacks, unjudged = con.execute(
+        """select count(*) filter (where status != 'ok'),
+                  count(*) filter (where status = 'ok' and coalesce(answer_fallback, false)),
+                  count(*) filter (where status = 'ok' and judge_label is null)
+           from answers"""
+    ).fetchone()
+    return {"pipeline_errors": errors, "answer_fallbacks": fallbacks, "judge_failures": unjudged if has_judge else 0}
+
+
+def judges(cfg: LycheeConfig) -> bool:
+    """Whether this evaluation asks an LLM judge: decided by the config, never by whether any
+    label came back (a run whose every judge call failed is a judged run with accuracy 0)."""
+    return cfg.llm.backend != "rules" and cfg.evaluate.judge
 
 
 def _recall_curves(con, budgets: list[int]) -> dict[str, list[float | None]]:
@@ -80,10 +105,11 @@ def _recall_curves(con, budgets: list[int]) -> dict[str, list[float | None]]:
 def _tokens(con) -> dict:
     r = con.execute(
         """select avg(prompt_tokens + completion_tokens), avg(plan_prompt_tokens), avg(answer_prompt_tokens),
-                  avg(completion_tokens), avg(context_tokens), avg(judge_prompt_tokens + judge_completion_tokens), avg(llm_calls)
+                  avg(completion_tokens), avg(context_tokens), avg(judge_prompt_tokens + judge_completion_tokens), avg(llm_calls),
+                  avg(cached_tokens)
            from answers where status = 'ok'"""
     ).fetchone()
-    keys = ("query_tokens", "plan_prompt", "answer_prompt", "completion", "context_tokens", "judge_tokens", "llm_calls")
+    keys = ("query_tokens", "plan_prompt", "answer_prompt", "completion", "context_tokens", "judge_tokens", "llm_calls", "cached_tokens")
     return dict(zip(keys, r))
 
 
@@ -115,10 +141,29 @@ def backend_label(cfg: LycheeConfig) -> str:
     return f"LLM {cfg.llm.model} via {mask_url(cfg.llm.base_url) or 'api.openai.com'}"
 
 
+def judge_label(cfg: LycheeConfig) -> str:
+    """How the report names the judge; in bold when the answering model grades itself."""
+    if not judges(cfg):
+        return "none (F1 and BLEU-1 only)"
+    judge = cfg.judge_llm()
+    where = f"{judge.model} via {mask_url(judge.base_url) or 'api.openai.com'}"
+    if cfg.judge_is_answerer:
+        return f"**{where}: the answering model grades its own answers** (the paper judges with gpt-4o-mini; set `judge.model`)"
+    return where
+
+
+def _wrong_lines(wrong: dict[str, int], has_judge: bool) -> list[str]:
+    causes = [f"{wrong['pipeline_errors']} pipeline errors", f"{wrong['answer_fallbacks']} answer-call failures answered by the rules fallback"]
+    if has_judge:
+        causes.append(f"{wrong['judge_failures']} judge calls with no label")
+    return [f"- **Counted as wrong whatever they say:** {', '.join(causes)}"]
+
+
 def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
     """report.md and the PNGs into the local folder `out`; returns the headline."""
-    has_judge = con.execute("select count(judge_label) from answers").fetchone()[0] > 0
+    has_judge = judges(cfg)
     cats = _category_rows(con, has_judge)
+    wrong = _not_counted_as_correct(con, has_judge)
     budgets = cfg.evaluate.recall_budgets
     curves = _recall_curves(con, budgets)
     tok = _tokens(con)
@@ -141,8 +186,8 @@ def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
     overall = next(r for r in cats if r["category"] == "overall")
     best_base = max((overall["naive_rag_recall"] or 0), (overall["bm25_recall"] or 0))
     headline = (
-        f"  backend: {cfg.llm.backend}; questions ok: {overall['n']}; "
-        + (f"judge accuracy {overall['judge_acc']:.3f}; " if has_judge else "")
+        f"  backend: {cfg.llm.backend}; questions asked: {overall['n']} ({overall['n_ok']} ok); "
+        + (f"judge accuracy {overall['judge_acc']:.3f} over all asked; " if has_judge else "")
         + f"F1 {overall['f1'] or 0:.3f}; evidence recall {overall['recall'] or 0:.3f} (naive RAG {overall['naive_rag_recall'] or 0:.3f}, BM25 {overall['bm25_recall'] or 0:.3f})"
     )
     fmt = {c: ".3f" for c in ("f1", "bleu1", "judge_acc", "recall", "naive_rag_recall", "bm25_recall", "naive_rag_f1", "bm25_f1")}
@@ -150,18 +195,25 @@ def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
         "# lychee-ray evaluation report",
         "",
         f"- **Backend:** {backend}",
+        f"- **Judge:** {judge_label(cfg)}",
         f"- **Store:** `{store.path}` ({build['conversations']} conversations)",
         f"- **Context budget:** {cfg.retrieval.context_token_budget} tokens; RRF kappa {cfg.retrieval.rrf_kappa}; channels {', '.join(cfg.retrieval.channels)}; rerank {'on' if cfg.retrieval.rerank.enabled else 'off'}",
-        f"- **Questions:** {overall['n']} answered ok, {n_err} with errors",
+        f"- **Questions:** {overall['n']} asked, {overall['n_ok']} answered ok, {n_err} with errors",
+        *_wrong_lines(wrong, has_judge),
         "",
         "## Accuracy and evidence recall per category",
         "",
         CATEGORY_NOTE,
         "",
-        ("Accuracy is the LLM judge's CORRECT share. " if has_judge else "No LLM judge under the rules backend: F1 is the quality measure. ")
-        + f"Evidence recall = share of gold evidence turns covered by the source turns of the selected context, at {cfg.retrieval.context_token_budget} tokens; the baselines get the same budget.",
+        (
+            "Accuracy = questions the judge labelled CORRECT / all questions asked: a pipeline error, a failed judge call and the rules fallback after a failed answer call count as wrong. "
+            if has_judge
+            else "No LLM judge under the rules backend: F1 is the quality measure. "
+        )
+        + "F1 and BLEU-1 score a question with no answer 0. "
+        + f"Evidence recall (over the questions whose retrieval ran) = share of gold evidence turns covered by the source turns of the selected context, at {cfg.retrieval.context_token_budget} tokens; the baselines get the same budget.",
         "",
-        markdown_table(cats, ["category", "n", "judge_acc", "f1", "bleu1", "recall", "naive_rag_recall", "bm25_recall", "naive_rag_f1", "bm25_f1"], fmt),
+        markdown_table(cats, ["category", "n", "n_ok", "judge_acc", "f1", "bleu1", "recall", "naive_rag_recall", "bm25_recall", "naive_rag_f1", "bm25_f1"], fmt),
         f"lychee-ray recall minus the better baseline: **{100 * ((overall['recall'] or 0) - best_base):+.1f} pp**.",
         "",
         "![per category](per_category.png)",
@@ -183,6 +235,7 @@ def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
         f"(planner prompt {tok['plan_prompt'] or 0:.0f}, answer prompt {tok['answer_prompt'] or 0:.0f}, completions {tok['completion'] or 0:.0f}); "
         f"LLM calls per question {tok['llm_calls'] or 0:.2f}. Paper: 4.01K (A-Mem 5.56K).",
         f"- Selected context per question: {tok['context_tokens'] or 0:.0f} tokens (o200k_base).",
+        f"- Prompt tokens served from the endpoint's prefix cache per question (part of the prompt tokens above): {tok['cached_tokens'] or 0:.0f}.",
         f"- Judge tokens per question (not part of the query cost): {tok['judge_tokens'] or 0:.0f}.",
         f"- Build tokens per conversation (from build_stats): **{build['total_tokens'] or 0:.0f}** "
         f"({build['prompt_tokens'] or 0:.0f} prompt + {build['completion_tokens'] or 0:.0f} completion) over {build['llm_calls'] or 0:.1f} LLM calls; "

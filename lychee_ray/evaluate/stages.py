@@ -148,6 +148,7 @@ class AnswerStage(AsyncStage[QAItem]):
         item.answer_usage.add(out.usage)
         if out.error:
             item.llm_errors.append(f"answer: {out.error}")
+            item.answer_fallback = self.answerer.client is not None  # scored as wrong in the report
         if self.answerer.client is None:
             # Baselines answered the same way (extractive), free under rules.
 
@@ -164,7 +165,9 @@ class JudgeStage(AsyncStage[QAItem]):
         self.max_in_flight = cfg.llm.max_in_flight
 
     def setup(self):
-        self.client = _client(self.cfg) if self.cfg.evaluate.judge else None
+        # the judge's own endpoint and model (`judge:`), not the answering model's
+        self.judge_llm = self.cfg.judge_llm()
+        self.client = LLMClient(self.judge_llm) if self.cfg.evaluate.judge and self.cfg.llm.backend == "openai" else None
 
     def process_batch(self, items):
         return run_closing(self.process_batch_async(items), self.client)
@@ -183,7 +186,8 @@ class JudgeStage(AsyncStage[QAItem]):
             messages = longmemeval_judge_messages(qtype, item.question, item.gold, item.prediction, item.question_id.endswith("_abs"))
         else:
             messages = locomo_judge_messages(item.question, item.gold, item.prediction)
-        result = await self.client.structured(messages, JudgeOutput, schema=json_schema_for(JudgeOutput, self.cfg.llm.schema_dialect), max_tokens=16, tag=_tag(item))
+        schema = json_schema_for(JudgeOutput, self.judge_llm.schema_dialect)
+        result = await self.client.structured(messages, JudgeOutput, schema=schema, max_tokens=16, tag=_tag(item))
         item.judge_usage.add(result.usage)
         if result.parsed is not None:
             item.judge_label = result.parsed.label
