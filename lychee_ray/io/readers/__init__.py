@@ -6,9 +6,10 @@ Sources (detected from the content, not the file name), one module each:
 - `chat`: generic chat JSONL/JSON ({conversation_id, turns: [{role|speaker, content|text,
   timestamp?}]});
 - `turns`: turn-level JSONL or Parquet (one turn per row with a conversation_id), grouped per file.
-`files` lists the input files (every file under a folder, except a lychee-ray store inside it),
-unpacks gzip/zstd, tells Parquet, JSON and JSON Lines apart by content, and dispatches each object
-to its reader; `common` holds what all readers share. Each reader groups its turns into exchanges
+`files` lists the input files (every file under a folder, except a lychee-ray store inside it)
+and dispatches each object of a file to its reader; `decode` turns a file's bytes into parseable
+text by content (gzip/zstd, Parquet magic, lenient UTF-8, JSON of any depth); `common` holds what
+all readers share. Each reader groups its turns into exchanges
 (`lychee_ray.io.exchanges`).
 
 Bad input never stops the read. Every problem becomes an entry in `Conversation.errors`
