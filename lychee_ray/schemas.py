@@ -14,7 +14,7 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 RECORD_TYPES = (
     "fact",
@@ -60,6 +60,10 @@ class Turn:
     text: str
     timestamp: str | None = None  # ISO 8601 session/turn time, None when the source has none
     has_answer: bool | None = None  # LongMemEval evidence flag
+    # The source's own session id where the reader replaced it (LongMemEval names its evidence
+    # sessions answer_<hash>_<n>, its fillers sharegpt_/ultrachat_): kept for audit only; no
+    # prompt, retrieval or turn id reads it, or the model would be told where the answer is.
+    source_session_id: str | None = None
 
 
 @dataclass
@@ -268,6 +272,7 @@ def table_schemas(dim: int) -> dict[str, pa.Schema]:
                 ("turn_idx", pa.int64()),
                 ("exchange_idx", pa.int64()),
                 ("session_id", pa.string()),
+                ("source_session_id", pa.string()),  # audit only (Turn.source_session_id)
                 ("speaker", pa.string()),
                 ("role", pa.string()),
                 ("text", pa.string()),

@@ -13,7 +13,7 @@ from lychee_ray.config import load_config
 from lychee_ray.evaluate.answers import ANSWERS_SCHEMA, answer_row
 from lychee_ray.evaluate.metrics import counts_as_correct
 from lychee_ray.evaluate.questions import QAItem
-from lychee_ray.evaluate.report import CORRECT_SQL, _category_rows, _not_counted_as_correct, judges
+from lychee_ray.evaluate.report import CORRECT_SQL, _category_rows, _not_counted_as_correct, judges, longmemeval_lines
 
 from .conftest import REPO
 
@@ -69,3 +69,26 @@ def test_the_python_rule_and_the_report_sql_agree(status, fallback, label):
     con = answers_con([item("q", status=status, label=label, fallback=fallback)])
     sql = con.execute(f"select {CORRECT_SQL} from answers").fetchone()[0]
     assert sql == (1.0 if counts_as_correct(status, fallback, label) else 0.0)
+
+
+def test_longmemeval_summary_is_accuracy_task_average_and_abstention_as_the_official_scoring():
+    def lme(qid, category, label):
+        it = item(qid, label=label, category=category)
+        it.benchmark = "longmemeval"
+        return it
+
+    items = [
+        lme("a1", "knowledge-update", "CORRECT"),
+        lme("a2", "knowledge-update", "WRONG"),
+        lme("a3_abs", "knowledge-update_abs", "CORRECT"),  # counts in its type, and as abstention
+        lme("b1", "temporal-reasoning", "CORRECT"),
+        lme("b2_abs", "temporal-reasoning_abs", None),  # judge failed: wrong
+        item("locomo-q", label="CORRECT"),  # another benchmark: not in the LongMemEval line
+    ]
+    (line,) = longmemeval_lines(answers_con(items), has_judge=True)
+    # overall 3/5; types: knowledge-update 2/3, temporal-reasoning 1/2 -> (0.667 + 0.5) / 2
+    assert line == (
+        "- **LongMemEval** (5 questions): accuracy 0.600; task-averaged accuracy 0.583 over 2 question types; "
+        "abstention accuracy 0.500 (2 questions)."
+    )
+    assert longmemeval_lines(answers_con([item("locomo-q", label="CORRECT")]), has_judge=True) == []

@@ -174,3 +174,30 @@ def test_evidence_normalization():
 def test_pair_exchanges_join_runs_of_one_speaker():
     turns = [Turn(str(i), i, "s", sp, sp, "x") for i, sp in enumerate(["A", "A", "B", "A", "B", "B", "A"])]
     assert group_exchanges(turns, "pair") == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+LABEL_MARKERS = ("answer_", "sharegpt_", "ultrachat_")
+
+
+def test_longmemeval_session_ids_are_neutral_and_sessions_in_date_order(tmp_path):
+    """LongMemEval's session ids name the evidence sessions (answer_<hash>_<n>); the reader
+    renames sessions s1, s2, ... in date order and keeps the original only in
+    source_session_id. The fixture's sessions are written here in reverse date order, beside a
+    filler session named as LongMemEval names them, so order and renaming are both tested."""
+    (raw,) = json.loads(LME_PATH.read_text())
+    filler = [{"role": "user", "content": "Can you suggest a pasta recipe?"}, {"role": "assistant", "content": "Try cacio e pepe."}]
+    raw["haystack_sessions"] = [raw["haystack_sessions"][1], filler, raw["haystack_sessions"][0]]
+    raw["haystack_session_ids"] = [raw["haystack_session_ids"][1], "sharegpt_x1_0", raw["haystack_session_ids"][0]]
+    raw["haystack_dates"] = [raw["haystack_dates"][1], "2023/05/26 (Fri) 09:00", raw["haystack_dates"][0]]
+    path = tmp_path / "lme.json"
+    path.write_text(json.dumps([raw]))
+    (conv,) = read_all(path)
+    for t in conv.turns:
+        assert not any(m in t.turn_id or m in t.session_id for m in LABEL_MARKERS), t
+    assert [t.session_id for t in conv.turns] == ["s1"] * 12 + ["s2"] * 2 + ["s3"] * 12
+    assert [t.source_session_id for t in conv.turns][::12][:2] == ["answer_a25d4a91_1", "sharegpt_x1_0"]
+    stamps = [t.timestamp for t in conv.turns]
+    assert stamps == sorted(stamps) and stamps[0] == "2023-05-25T20:21:00" and stamps[12] == "2023-05-26T09:00:00"
+    (q,) = conv.questions
+    assert q.evidence_turn_ids == [t.turn_id for t in conv.turns if t.has_answer] and len(q.evidence_turn_ids) == 2
+    assert all(tid.startswith(("s1:", "s3:")) for tid in q.evidence_turn_ids)

@@ -15,6 +15,7 @@ import pytest
 from lychee_ray.config import LycheeConfig
 from lychee_ray.schemas import (
     INGEST_TABLES,
+    SCHEMA_VERSION,
     BuildStats,
     Conversation,
     MemoryRecord,
@@ -384,7 +385,7 @@ def test_manifest_mismatch_is_one_clear_store_error(store_dir):
     manifest["schema_version"] = 999
     open(path, "w").write(json.dumps(manifest))
     for call in (lambda: open_store(store_dir), lambda: prepare_output(store_dir, make_cfg())):
-        with pytest.raises(StoreError, match="has schema version 999, but this lychee-ray uses schema version 1"):
+        with pytest.raises(StoreError, match=f"has schema version 999, but this lychee-ray uses schema version {SCHEMA_VERSION}"):
             call()
 
 

@@ -84,6 +84,27 @@ def _not_counted_as_correct(con, has_judge: bool) -> dict[str, int]:
     return {"pipeline_errors": errors, "answer_fallbacks": fallbacks, "judge_failures": unjudged if has_judge else 0}
 
 
+def longmemeval_lines(con, has_judge: bool) -> list[str]:
+    """LongMemEval's own summary, as its official scoring prints it: overall accuracy, accuracy
+    averaged over question types (an abstention question counts in its type), and abstention
+    accuracy over the `_abs` questions. Empty when no LongMemEval question was asked."""
+    if not has_judge:
+        return []
+    n, acc, task_avg, n_types, abs_acc, n_abs = con.execute(
+        f"""with q as (select regexp_replace(category, '_abs$', '') qtype, category like '%\\_abs' escape '\\' abstention,
+                              {CORRECT_SQL} correct
+                       from answers where benchmark = 'longmemeval'),
+                 per_type as (select avg(correct) acc from q group by qtype)
+            select (select count(*) from q), (select avg(correct) from q),
+                   (select avg(acc) from per_type), (select count(*) from per_type),
+                   (select avg(correct) from q where abstention), (select count(*) from q where abstention)"""
+    ).fetchone()
+    if not n:
+        return []
+    abstention = f"abstention accuracy {abs_acc:.3f} ({n_abs} questions)" if n_abs else "no abstention questions"
+    return [f"- **LongMemEval** ({n} questions): accuracy {acc:.3f}; task-averaged accuracy {task_avg:.3f} over {n_types} question types; {abstention}."]
+
+
 def judges(cfg: LycheeConfig) -> bool:
     """Whether this evaluation asks an LLM judge: decided by the config, never by whether any
     label came back (a run whose every judge call failed is a judged run with accuracy 0)."""
@@ -214,6 +235,7 @@ def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
         + f"Evidence recall (over the questions whose retrieval ran) = share of gold evidence turns covered by the source turns of the selected context, at {cfg.retrieval.context_token_budget} tokens; the baselines get the same budget.",
         "",
         markdown_table(cats, ["category", "n", "n_ok", "judge_acc", "f1", "bleu1", "recall", "naive_rag_recall", "bm25_recall", "naive_rag_f1", "bm25_f1"], fmt),
+        *longmemeval_lines(con, has_judge),
         f"lychee-ray recall minus the better baseline: **{100 * ((overall['recall'] or 0) - best_base):+.1f} pp**.",
         "",
         "![per category](per_category.png)",

@@ -79,6 +79,7 @@ def _turn_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dict]
                 "turn_idx": turn.turn_idx,
                 "exchange_idx": exchange_of.get(pos),
                 "session_id": turn.session_id,
+                "source_session_id": turn.source_session_id,
                 "speaker": turn.speaker,
                 "role": turn.role,
                 "text": turn.text,

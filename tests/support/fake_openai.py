@@ -315,13 +315,22 @@ def _hook_answer(messages: list[dict]) -> dict:
     return {"answer": " ".join(_question(messages).split()[:6])}
 
 
+_ABSTAINS = re.compile(r"(?i)\b(?:not|no|never|unknown|unanswerable|cannot|can't|don't|didn't|isn't|wasn't)\b")
+
+
 def _hook_judge(messages: list[dict]) -> dict:
-    """CORRECT when the `Gold answer:` and `Generated answer:` lines share a word, else WRONG."""
+    """CORRECT when the reference line and the answer line share a word, else WRONG. Reads
+    LoCoMo's prompt (`Gold answer:` / `Generated answer:`) and LongMemEval's (`Correct Answer:`,
+    `Rubric:` or `Explanation:` / `Model Response:`). LongMemEval's abstention prompt asks whether
+    the model declined: CORRECT when the response has a word of refusal (no, not, unknown...)."""
     prompt = _user_text(messages)
-    gold = re.search(r"(?im)^\s*(?:gold(?:\s+answer)?|reference(?:\s+answer)?|ground truth)\s*:\s*(.*)$", prompt)
-    pred = re.search(r"(?im)^\s*(?:generated answer|predicted answer|prediction|response|answer)\s*:\s*(.*)$", prompt)
+    gold_key = r"gold(?:\s+answer)?|reference(?:\s+answer)?|ground truth|correct answer|rubric|explanation"
+    gold = re.search(rf"(?im)^\s*(?:{gold_key})\s*:\s*(.*)$", prompt)
+    pred = re.search(r"(?im)^\s*(?:generated answer|predicted answer|prediction|model response|response|answer)\s*:\s*(.*)$", prompt)
     if not gold or not pred:
         return {"label": "WRONG"}
+    if re.search(r"(?i)identify the question as unanswerable", prompt):
+        return {"label": "CORRECT" if _ABSTAINS.search(pred.group(1)) else "WRONG"}
     shared = {w.lower() for w in _WORD.findall(gold.group(1))} & {w.lower() for w in _WORD.findall(pred.group(1))}
     return {"label": "CORRECT" if shared else "WRONG"}
 

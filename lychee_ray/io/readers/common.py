@@ -147,6 +147,7 @@ def validated_turns(raw_turns: list[dict], cid: str, path: str, where: int, erro
                     text=part,
                     timestamp=timestamp,
                     has_answer=rt.get("has_answer") if isinstance(rt.get("has_answer"), bool) else None,
+                    source_session_id=rt.get("source_session_id"),
                 )
             )
     return turns

@@ -1,7 +1,11 @@
 """Reader for LongMemEval JSON: each item {question_id, haystack_sessions, haystack_dates, ...}
 is one conversation holding one question.
 
-Each session's date stamps all of its turns; the gold evidence is the turns marked `has_answer`,
+Sessions are read in date order and renamed `s1`, `s2`, ... in that order: LongMemEval's own
+session ids say which sessions hold the answer (`answer_<hash>_<n>` against `sharegpt_...`), and
+turn ids built from them would put that in every prompt. The original id is kept in
+`source_session_id`, which nothing downstream reads. Each session's date stamps all of its turns;
+the gold evidence is the turns marked `has_answer`,
 and abstention questions (ids ending in `_abs`) get the category suffix `_abs`. Exchanges are
 grouped by role.
 
@@ -40,12 +44,13 @@ def read_longmemeval(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conve
     conv = Conversation(conversation_id=cid, source="longmemeval", source_file=path)
     session_ids = as_list(obj.get("haystack_session_ids"), "haystack_session_ids", cid, path, where, errors)
     dates = as_list(obj.get("haystack_dates"), "haystack_dates", cid, path, where, errors)
+    sessions = as_list(obj.get("haystack_sessions"), "haystack_sessions", cid, path, where, errors)
+    stamps = [_session_date(dates, s_idx, rec) for s_idx in range(len(sessions))]
     raw_turns = []
-    for s_idx, session in enumerate(as_list(obj.get("haystack_sessions"), "haystack_sessions", cid, path, where, errors)):
-        sid = (scalar_text(session_ids[s_idx]) if s_idx < len(session_ids) else None) or f"session_{s_idx + 1}"
-        stamp = _session_date(dates, s_idx, rec)
-        turns = as_list(session, f"haystack_sessions[{s_idx}]", cid, path, where, errors)
-        raw_turns += [_lme_turn(t, sid, s_idx, k, stamp) for k, t in enumerate(turns, start=1)]
+    for rank, s_idx in enumerate(date_order(stamps), start=1):
+        source_sid = scalar_text(session_ids[s_idx]) if s_idx < len(session_ids) else None
+        turns = as_list(sessions[s_idx], f"haystack_sessions[{s_idx}]", cid, path, where, errors)
+        raw_turns += [_lme_turn(t, f"s{rank}", source_sid, s_idx, k, stamps[s_idx]) for k, t in enumerate(turns, start=1)]
     conv.turns = validated_turns(raw_turns, cid, path, where, errors, cfg)
     question_id = scalar_text(obj.get("question_id")) or cid
     conv.questions = [
@@ -63,6 +68,12 @@ def read_longmemeval(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conve
     return finish(conv, errors)
 
 
+def date_order(stamps: list[datetime | None]) -> list[int]:
+    """Session indices in date order (a haystack is not stored chronologically); sessions with no
+    date keep their file order after the dated ones."""
+    return sorted(range(len(stamps)), key=lambda i: (stamps[i] is None, stamps[i] or datetime.min, i))
+
+
 def _session_date(dates: list, s_idx: int, rec: Recorder) -> datetime | None:
     """haystack_dates[s_idx]; a missing or unparseable one is recorded, and the session's turns
     have no time."""
@@ -76,13 +87,14 @@ def _session_date(dates: list, s_idx: int, rec: Recorder) -> datetime | None:
     return stamp
 
 
-def _lme_turn(t, sid: str, s_idx: int, k: int, stamp: datetime | None) -> dict:
+def _lme_turn(t, sid: str, source_sid: str | None, s_idx: int, k: int, stamp: datetime | None) -> dict:
     field_prefix = f"haystack_sessions[{s_idx}][{k - 1}]"
     if not isinstance(t, dict):
         return dict(field_prefix=field_prefix, bad=True, bad_type=type(t).__name__)
     return dict(
         turn_id=f"{sid}:{k}",
         session_id=sid,
+        source_session_id=source_sid,
         speaker=t.get("role"),
         role=t.get("role"),
         text=t.get("content"),
