@@ -334,3 +334,13 @@ def test_bad_utf8_rows_carry_their_conversation_id(tmp_path):
     f.write_bytes(json.dumps(chat("u")).encode().replace(b"tomatoes", b"tomat\xffoes") + b"\n")
     (row,) = error_rows(read_all(f), "bad_utf8")
     assert row["conversation_id"] == "u"
+
+
+def test_a_file_holding_an_empty_list_is_named_not_silently_skipped(tmp_path):
+    """Found by tests/test_read_fuzz.py: `[]` in a .jsonl file gave no conversation and no row."""
+    for name in ("empty.jsonl", "empty.json"):
+        f = tmp_path / name
+        f.write_text("[]\n")
+        (conv,) = read_all(f)
+        assert conv.status == "error" and [e["kind"] for e in conv.errors] == ["empty_file"]
+        assert "empty JSON list" in conv.errors[0]["message"] and conv.errors[0]["source_file"] == str(f)

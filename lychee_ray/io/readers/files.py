@@ -199,6 +199,9 @@ class _FileReader:
             doc, cuts = value
             self.unit = "item" if isinstance(doc, list) else "line"
             yield from self._too_deep(text, cuts)
+            if doc == []:  # nothing to read, but the file must still be named
+                yield self.error(None, None, "empty_file", f"{self.path} holds an empty JSON list: no conversations")
+                return
             yield from self._read_items(doc if isinstance(doc, list) else [doc])
         elif layout == "lines":
             yield from self._read_lines(text)
