@@ -45,21 +45,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def free_port_range(span: int, rng: random.Random) -> tuple[int, int]:
-    """A run of `span` consecutive free ports (Ray takes worker ports as a min..max range)."""
+def free_port_range(span: int, rng: random.Random, taken: frozenset[int] | set[int] = frozenset()) -> tuple[int, int]:
+    """A run of `span` consecutive free ports, none of them in `taken` (Ray takes worker ports as a
+    min..max range)."""
     for _ in range(200):
         low = rng.randrange(20000, 60000 - span)
-        if all(_port_is_free(p) for p in range(low, low + span)):
+        if all(p not in taken and _port_is_free(p) for p in range(low, low + span)):
             return low, low + span - 1
     raise RuntimeError(f"no {span} consecutive free ports found on {HOST}")
 
 
-def _node_port_flags(rng: random.Random) -> list[str]:
-    low, high = free_port_range(WORKER_PORT_SPAN, rng)
+def free_port_outside(taken: set[int]) -> int:
+    """A free port not in `taken`: the OS may hand out a port inside the worker-port range picked
+    just before (both lie in the ephemeral range), and `ray start` refuses a port used twice."""
+    for _ in range(200):
+        port = free_port()
+        if port not in taken:
+            taken.add(port)
+            return port
+    raise RuntimeError(f"no free port outside {len(taken)} taken ones on {HOST}")
+
+
+def _node_port_flags(rng: random.Random, taken: set[int] | None = None) -> list[str]:
+    """Every port a node opens, all distinct; `taken` holds ports already chosen for it."""
+    taken = taken if taken is not None else set()
+    low, high = free_port_range(WORKER_PORT_SPAN, rng, taken)
+    taken |= set(range(low, high + 1))
     flags = [f"--min-worker-port={low}", f"--max-worker-port={high}"]
     for name in ("node-manager-port", "object-manager-port", "dashboard-agent-grpc-port",
                  "dashboard-agent-listen-port", "metrics-export-port", "runtime-env-agent-port"):
-        flags.append(f"--{name}={free_port()}")
+        flags.append(f"--{name}={free_port_outside(taken)}")
     return flags
 
 
@@ -75,6 +90,7 @@ class LocalRayCluster:
 
     def __post_init__(self):
         self._rng = random.Random()
+        self._ports: set[int] = set()  # every port handed to a node of this cluster, kept distinct
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
         # No token auth on loopback (DESIGN.md); `python` in a job entrypoint is this venv's.
         env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
@@ -103,13 +119,17 @@ class LocalRayCluster:
         return path
 
     def start_head(self, num_cpus: int, resources: dict[str, float] | None = None) -> None:
-        self.gcs_port, self.dashboard_port = free_port(), free_port()
+        taken = self._ports
+        self.gcs_port, self.dashboard_port = free_port_outside(taken), free_port_outside(taken)
+        client_port = free_port_outside(taken)  # not Ray's fixed 10001: another run may hold it
+        node_flags = _node_port_flags(self._rng, taken)
         self._ray(
             "start", "--head", f"--node-ip-address={HOST}", f"--port={self.gcs_port}",
+            f"--ray-client-server-port={client_port}",
             "--include-dashboard=true", f"--dashboard-host={HOST}", f"--dashboard-port={self.dashboard_port}",
             f"--temp-dir={self._node_temp_dir()}",
             f"--num-cpus={num_cpus}", "--num-gpus=0", f"--resources={json.dumps(resources or {})}",
-            "--disable-usage-stats", *_node_port_flags(self._rng),
+            "--disable-usage-stats", *node_flags,
         )
 
     def add_node(self, num_cpus: int, resources: dict[str, float] | None = None, attempts: int = 3) -> None:
@@ -121,7 +141,7 @@ class LocalRayCluster:
                 self._ray(
                     "start", f"--address={self.gcs_address}", f"--node-ip-address={HOST}",
                     f"--temp-dir={node_dir}", f"--num-cpus={num_cpus}", "--num-gpus=0",
-                    f"--resources={json.dumps(resources or {})}", "--disable-usage-stats", *_node_port_flags(self._rng),
+                    f"--resources={json.dumps(resources or {})}", "--disable-usage-stats", *_node_port_flags(self._rng, self._ports),
                 )
                 return
             except RuntimeError:
