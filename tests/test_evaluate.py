@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from lychee_ray.evaluate.job import run_evaluate
 from lychee_ray.io.fs import is_temp_name
 
 from .conftest import REPO
+from .support.kill import kill_session
 from .support.locomo_store import LOCAL_CONFIG, local_config
 
 
@@ -86,36 +86,6 @@ def test_store_without_records_gives_error_rows_and_a_report(locomo_dev_store, t
         assert row["status"] == "error" and "has no records for conversation" in row["error"], row
     report = (out / "report.md").read_text()
     assert "0 answered ok, 5 with errors" in report
-
-
-def session_pids(sid: int) -> list[int]:
-    """Processes in session `sid` (field 6 of /proc/<pid>/stat): the killed run's driver and
-    every Ray process it started, whatever process group they moved to."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if entry.name.isdigit() and int(fields[3]) == sid and fields[0] != "Z":  # a zombie is already dead
-            pids.append(int(entry.name))
-    return pids
-
-
-def kill_session(proc: subprocess.Popen) -> None:
-    """kill -9 the driver and its local Ray (an orphaned worker could still commit a batch after
-    the driver died, and the test must count what was on disk when everything stopped)."""
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    for _ in range(300):  # bounded: at most ~60 s of retries
-        if not (pids := session_pids(proc.pid)):
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.2)
 
 
 def test_kill_minus_9_then_resume_reasks_nothing_already_answered(locomo_dev_store, tmp_path, ray_local):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from lychee_ray.ingest.job import run_ingest
 from lychee_ray.store.reader import open_store
 
 from .conftest import LOCOMO_PATH, REPO
+from .support.kill import kill_session
 
 LOCAL = REPO / "configs" / "local.yaml"
 
@@ -167,8 +167,7 @@ def test_kill_minus_9_then_resume_gives_complete_duplicate_free_tables(tmp_path,
             break
         time.sleep(0.02)
     assert proc.poll() is None, "ingest ended before it could be killed: " + log_path.read_text(errors="replace")[-3000:]
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the local Ray it started
-    proc.wait()
+    kill_session(proc)  # the driver and every Ray process it started: an orphan could still commit
     committed_before = len(list((killed / "_commits").glob("*.json")))
     assert 1 <= committed_before < len(convs)
 
