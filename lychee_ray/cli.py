@@ -18,7 +18,7 @@ from lychee_ray.ablate.runner import run_ablation
 from lychee_ray.config import ConfigError, load_config
 from lychee_ray.evaluate.job import run_evaluate
 from lychee_ray.ingest.job import run_ingest
-from lychee_ray.io.fs import PathProblem
+from lychee_ray.io.fs import PathProblem, os_reason
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
 from lychee_ray.query.memory import Memory, MemoryAnswer, QueryError
@@ -88,7 +88,7 @@ def user_message(exc: BaseException) -> str:
     """The one sentence shown for a user error; an OSError without Python's "[Errno N]" prefix."""
     if isinstance(exc, OSError) and exc.strerror:
         where = f": {exc.filename}" if exc.filename else ""
-        return f"{exc.strerror.split('. Detail:')[0].rstrip('.')}{where}."
+        return f"{os_reason(exc)}{where}."
     return str(exc)
 
 

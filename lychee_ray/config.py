@@ -251,6 +251,12 @@ class LycheeConfig(_Section):
         return self.llm.model_copy(update=own)
 
     @property
+    def asks_judge(self) -> bool:
+        """Whether an evaluation asks an LLM judge: decided by the config, never by whether any
+        label came back (a run whose every judge call failed is a judged run with accuracy 0)."""
+        return self.llm.backend != "rules" and self.evaluate.judge
+
+    @property
     def judge_is_answerer(self) -> bool:
         judge = self.judge_llm()
         return (judge.model, judge.base_url) == (self.llm.model, self.llm.base_url)

@@ -15,6 +15,10 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 SCHEMA_VERSION = 2
+# How a folder is recognised as a store: its manifest file and the format tag in it. Here, in the
+# core, because the store writes them and the input listing (io, below store) must skip a store.
+STORE_FORMAT = "lychee-ray-store"
+MANIFEST = "manifest.json"
 
 RECORD_TYPES = (
     "fact",

@@ -13,7 +13,7 @@ from lychee_ray.config import load_config
 from lychee_ray.evaluate.answers import ANSWERS_SCHEMA, answer_row
 from lychee_ray.evaluate.metrics import counts_as_correct
 from lychee_ray.evaluate.questions import QAItem
-from lychee_ray.evaluate.report import CORRECT_SQL, _category_rows, _not_counted_as_correct, judges, longmemeval_lines
+from lychee_ray.evaluate.report import CORRECT_SQL, _category_rows, _not_counted_as_correct, longmemeval_lines
 
 from .conftest import REPO
 
@@ -58,9 +58,9 @@ def test_a_judged_run_whose_every_judge_call_failed_has_accuracy_zero_not_none()
 
 def test_whether_a_run_is_judged_comes_from_the_config():
     local = REPO / "configs" / "local.yaml"
-    assert not judges(load_config(local, ["llm.backend=rules", "evaluate.judge=true"]))
-    assert judges(load_config(local, ["llm.backend=openai", "llm.model=m", "evaluate.judge=true"]))
-    assert not judges(load_config(local, ["llm.backend=openai", "llm.model=m", "evaluate.judge=false"]))
+    assert not load_config(local, ["llm.backend=rules", "evaluate.judge=true"]).asks_judge
+    assert load_config(local, ["llm.backend=openai", "llm.model=m", "evaluate.judge=true"]).asks_judge
+    assert not load_config(local, ["llm.backend=openai", "llm.model=m", "evaluate.judge=false"]).asks_judge
 
 
 @settings(max_examples=60, deadline=None)

@@ -16,7 +16,6 @@ import duckdb
 import pyarrow as pa
 
 from lychee_ray.config import ReadConfig, load_config
-from lychee_ray.io.readers import files as files_module
 from lychee_ray.io.readers.files import list_input_files, read_file
 from lychee_ray.store import manifest as store_manifest
 
@@ -250,10 +249,6 @@ def test_every_file_in_a_folder_is_read_or_named_and_the_store_is_not_input(tmp_
     assert list_input_files(str(inp), exclude=str(inp / "out2")) == files
 
 
-def test_the_store_marker_matches_the_stores_manifest():
-    assert (files_module.STORE_MARKER, files_module.STORE_FORMAT) == (store_manifest.MANIFEST, store_manifest.STORE_FORMAT)
-
-
 def test_a_gzip_file_given_directly_is_read_transparently_and_damage_is_named(tmp_path):
     lines = "".join(json.dumps(chat(f"c{i}", 2)) + "\n" for i in range(300)).encode()
     whole = tmp_path / "chats.jsonl.gz"
@@ -344,3 +339,16 @@ def test_a_file_holding_an_empty_list_is_named_not_silently_skipped(tmp_path):
         (conv,) = read_all(f)
         assert conv.status == "error" and [e["kind"] for e in conv.errors] == ["empty_file"]
         assert "empty JSON list" in conv.errors[0]["message"] and conv.errors[0]["source_file"] == str(f)
+
+
+def test_the_id_registry_marks_a_second_copy_in_the_same_block_as_a_duplicate(ray_local):
+    """The root of the writer's "batch holds conversation ... more than once": the registry
+    claimed every id of a block before recording any, so two copies in one block were both new."""
+    from lychee_ray.ingest.job import _registry_actor, mark_duplicates
+    from lychee_ray.schemas import Conversation
+
+    convs = [Conversation(conversation_id="same", source="chat", source_file=f) for f in ("a.jsonl", "b.jsonl", "c.jsonl")]
+    marked = mark_duplicates(convs, _registry_actor())
+    assert [c.status for c in marked] == ["ok", "duplicate", "duplicate"]
+    assert marked[0].conversation_id == "same" and len({c.conversation_id for c in marked}) == 3
+    assert "first seen in a.jsonl" in marked[1].error and "first seen in a.jsonl" in marked[2].error

@@ -1,10 +1,10 @@
 """The segmenter's hard token cap holds for every segment (issue 16).
 
-A turn over `read.max_turn_tokens` is split by the reader into parts X, X#p2, X#p3...; each part is
-an exchange of its own (`group_exchanges`), an exchange still over the cap is split into runs of
-its turns (`cap_exchanges`), and the split size never exceeds the cap (the config lowers it). The
-end-to-end test ingests a 200K-character turn between normal ones: it used to become one exchange
-and one segment of ~44K tokens under a 1,024-token cap.
+A turn over `read.max_turn_tokens` is split by the reader into parts X, X#p2, X#p3...; the split
+size never exceeds the cap (the config lowers it), and any exchange over the cap is split into
+runs of its turns (`cap_exchanges`) before segmentation. The end-to-end test ingests a
+200K-character turn between normal ones (the issue reports one segment of 44,455 tokens under a
+1,024-token cap from such a turn).
 """
 
 from __future__ import annotations
@@ -42,12 +42,17 @@ def turn(tid: str, speaker: str, text: str = "hello there.", session: str = "s1"
 
 
 # ------------------------------------------------------------------------------ exchange grouping
-def test_each_part_of_a_split_turn_is_an_exchange_of_its_own():
+def test_the_parts_of_a_split_turn_are_cut_into_exchanges_under_the_cap():
+    """The reader's parts (X, X#p2, X#p3 of one speaker) group into one exchange like any run
+    of turns; capping then cuts it so that no exchange is over the cap."""
     turns = [turn("t1", "user"), turn("t2", "assistant"), turn("t2#p2", "assistant"), turn("t2#p3", "assistant"),
              turn("t3", "user"), turn("t4", "assistant")]
-    for rule in ("role", "pair"):
-        assert group_exchanges(turns, rule) == [[0], [1], [2], [3], [4, 5]], rule
-    assert group_exchanges(turns, "turn") == [[0], [1], [2], [3], [4], [5]]
+    tokens = [10, 1000, 1000, 300, 10, 10]
+    grouped = group_exchanges(turns, "role")
+    assert grouped == [[0, 1, 2, 3], [4, 5]]
+    capped = cap_exchanges(grouped, tokens, 1024)
+    assert capped == [[0, 1], [2], [3], [4, 5]]
+    assert all(sum(tokens[i] for i in ex) <= 1024 for ex in capped)
 
 
 def test_an_exchange_over_the_cap_is_split_into_runs_of_its_turns():
@@ -71,7 +76,7 @@ def test_segmenter_cuts_a_pair_of_two_long_turns():
     conv = Conversation(conversation_id="c", source="chat_jsonl", source_file="x",
                         turns=[turn("a", "user", texts[0]), turn("b", "assistant", texts[1])])
     conv.exchanges = group_exchanges(conv.turns, "pair")
-    assert conv.exchanges == [[0, 1]]
+    assert conv.exchanges == [[0, 1]]  # over the cap: the stage must cut it
     conv.turn_embeddings = np.eye(2, 8, dtype=np.float32)
     SegmentStage(cfg.segmenter).process(conv)
     assert all(s.n_tokens <= cfg.segmenter.token_cap for s in conv.segments), [s.n_tokens for s in conv.segments]

@@ -69,11 +69,11 @@ def build_columns(facts: dict[str, dict], estimated: bool) -> dict:
 # --------------------------------------------------------------------------------------------
 # Quality from the answers
 # --------------------------------------------------------------------------------------------
-def quality_columns(items: list, categories: list[str], estimated: bool) -> dict:
+def quality_columns(items: list, categories: list[str], estimated: bool, judged: bool) -> dict:
+    """`judged`: the run asked a judge (`LycheeConfig.asks_judge`), so its accuracy counts every
+    question even when no label came back."""
     ok = [i for i in items if i.status == "ok"]
     out = {"questions": len(ok), "question_errors": len(items) - len(ok)}
-
-    judged = any(i.judge_label is not None for i in items)
 
     def judge(group):  # over every question asked, errors included (evaluate.metrics.counts_as_correct)
         return _mean(1.0 if counts_as_correct(i.status, i.answer_fallback, i.judge_label) else 0.0 for i in group) if judged and group else None
@@ -128,7 +128,7 @@ def variant_rows(grid, runs) -> tuple[list[dict], dict[str, dict]]:
             row.update(build_columns(facts, estimated))
         else:  # references build nothing with an LLM
             row.update(build_calls=0.0, build_prompt_tokens=0.0, build_completion_tokens=0.0, build_total_tokens=0.0, build_tokens_estimated=estimated)
-        row.update(quality_columns(run.evaluation.items, categories, estimated))
+        row.update(quality_columns(run.evaluation.items, categories, estimated, run.cfg.asks_judge))
         rows.append(row)
     full = next((r for r in rows if r["variant"] == FULL), None)
     for r in rows:

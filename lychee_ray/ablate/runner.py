@@ -46,7 +46,7 @@ from lychee_ray.ingest.organize import OrganizeStage
 from lychee_ray.ingest.segment import (
     Boundary,
     SegmentStage,
-    exchange_token_counts,
+    capped_exchange_tokens,
     segments_from_bounds,
 )
 from lychee_ray.io.readers.files import iter_conversations, list_input_files
@@ -189,8 +189,9 @@ def segment_all(convs: list[Conversation], cfg: LycheeConfig, matched: Segmentat
     else:
         calls = {c.conversation_id: len(c.segments) for c in matched.convs}
         for conv in out:
+            ex_tokens = capped_exchange_tokens(conv, cfg.segmenter.token_cap)
             bounds = balanced_windows(len(conv.exchanges), calls[conv.conversation_id])
-            conv.segments = segments_from_bounds(conv.exchanges, exchange_token_counts(conv), bounds)
+            conv.segments = segments_from_bounds(conv.exchanges, ex_tokens, bounds)
     return Segmentation(key, out, time.perf_counter() - start)
 
 

@@ -105,12 +105,6 @@ def longmemeval_lines(con, has_judge: bool) -> list[str]:
     return [f"- **LongMemEval** ({n} questions): accuracy {acc:.3f}; task-averaged accuracy {task_avg:.3f} over {n_types} question types; {abstention}."]
 
 
-def judges(cfg: LycheeConfig) -> bool:
-    """Whether this evaluation asks an LLM judge: decided by the config, never by whether any
-    label came back (a run whose every judge call failed is a judged run with accuracy 0)."""
-    return cfg.llm.backend != "rules" and cfg.evaluate.judge
-
-
 def _recall_curves(con, budgets: list[int]) -> dict[str, list[float | None]]:
     curves = {}
     for name, col in (("lychee-ray", "recall_curve"), ("naive RAG", "naive_rag_curve"), ("BM25", "bm25_curve")):
@@ -164,7 +158,7 @@ def backend_label(cfg: LycheeConfig) -> str:
 
 def judge_label(cfg: LycheeConfig) -> str:
     """How the report names the judge; in bold when the answering model grades itself."""
-    if not judges(cfg):
+    if not cfg.asks_judge:
         return "none (F1 and BLEU-1 only)"
     judge = cfg.judge_llm()
     where = f"{judge.model} via {mask_url(judge.base_url) or 'api.openai.com'}"
@@ -182,7 +176,7 @@ def _wrong_lines(wrong: dict[str, int], has_judge: bool) -> list[str]:
 
 def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
     """report.md and the PNGs into the local folder `out`; returns the headline."""
-    has_judge = judges(cfg)
+    has_judge = cfg.asks_judge
     cats = _category_rows(con, has_judge)
     wrong = _not_counted_as_correct(con, has_judge)
     budgets = cfg.evaluate.recall_budgets

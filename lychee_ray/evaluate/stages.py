@@ -167,7 +167,7 @@ class JudgeStage(AsyncStage[QAItem]):
     def setup(self):
         # the judge's own endpoint and model (`judge:`), not the answering model's
         self.judge_llm = self.cfg.judge_llm()
-        self.client = LLMClient(self.judge_llm) if self.cfg.evaluate.judge and self.cfg.llm.backend == "openai" else None
+        self.client = LLMClient(self.judge_llm) if self.cfg.asks_judge else None
 
     def process_batch(self, items):
         return run_closing(self.process_batch_async(items), self.client)

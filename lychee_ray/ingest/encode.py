@@ -21,6 +21,7 @@ import time
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.ingest.context import ReferenceContext
+from lychee_ray.io.readers.common import ErrorEntry
 from lychee_ray.llm.client import LLMClient, run_closing
 from lychee_ray.llm.prompts import encode_messages
 from lychee_ray.llm.schema import json_schema_for
@@ -90,14 +91,8 @@ def check_sources(valid_turn_ids: list[str]):
 
 def llm_failure_row(conv: Conversation, seg: Segment, error: str) -> dict:
     """The `errors` row that says why a segment was degraded (kind llm_failure)."""
-    return {
-        "conversation_id": conv.conversation_id,
-        "source_file": conv.source_file,
-        "line": None,
-        "field": seg.segment_id,
-        "kind": "llm_failure",
-        "message": redact(f"segment {seg.segment_id} fell back to rules records (degraded): {error}"),
-    }
+    message = redact(f"segment {seg.segment_id} fell back to rules records (degraded): {error}")
+    return ErrorEntry(conv.source_file, None, seg.segment_id, "llm_failure", message, conv.conversation_id).as_row()
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from lychee_ray.ingest.embed import EmbedTurnsStage
 from lychee_ray.ingest.encode import EncodeStage
 from lychee_ray.ingest.organize import OrganizeStage
 from lychee_ray.ingest.segment import SegmentStage
+from lychee_ray.io.readers.common import ErrorEntry
 from lychee_ray.io.readers.files import list_input_files, read_file
 from lychee_ray.runtime.ray import init_ray
 from lychee_ray.runtime.stage import apply_stage, pack, unpack
@@ -46,10 +47,13 @@ def _registry_actor():
             self.first: dict[str, str] = {}
 
         def claim(self, ids: list[str], where: list[str]) -> list[str | None]:
-            out = [self.first.get(cid) for cid in ids]
+            """Where each id was first seen, None for a first sighting. In order, one id at a
+            time: two copies in one call must not both come back as first."""
+            seen = []
             for cid, w in zip(ids, where):
+                seen.append(self.first.get(cid))
                 self.first.setdefault(cid, w)
-            return out
+            return seen
 
     return ConversationIdRegistry.remote()
 
@@ -92,9 +96,7 @@ def mark_duplicates(convs: list[Conversation], registry) -> list[Conversation]:
         conv.conversation_id = f"{original}#dup-{suffix}"
         conv.status = "duplicate"
         conv.error = f"duplicate conversation id {original!r}: first seen in {first}; this copy in {conv.source_file} ({len(conv.turns)} turns) was not ingested"
-        conv.errors.append(
-            {"conversation_id": conv.conversation_id, "source_file": conv.source_file, "line": None, "field": "conversation_id", "kind": "duplicate_id", "message": conv.error}
-        )
+        conv.errors.append(ErrorEntry(conv.source_file, None, "conversation_id", "duplicate_id", conv.error, conv.conversation_id).as_row())
         conv.turns, conv.questions, conv.exchanges = [], [], []
         log.warning("%s", conv.error)
     return convs

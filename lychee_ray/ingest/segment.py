@@ -229,10 +229,7 @@ class SegmentStage(Stage[Conversation]):
         self.window = window_exchanges
 
     def process(self, conv) -> None:
-        # An exchange over the cap (two long turns of a pair) would make a segment over it.
-        turn_tokens = count_many([t.text for t in conv.turns])
-        conv.exchanges = cap_exchanges(conv.exchanges, turn_tokens, self.cfg.token_cap)
-        ex_tokens = [sum(turn_tokens[i] for i in ex) for ex in conv.exchanges]
+        ex_tokens = capped_exchange_tokens(conv, self.cfg.token_cap)
         T = len(conv.exchanges)
         if self.mode == "eager":
             bounds = [Boundary(b.start, b.end, 1.0, "eager") for b in fixed_windows(T, 1)]
@@ -245,9 +242,12 @@ class SegmentStage(Stage[Conversation]):
         conv.segments = segments_from_bounds(conv.exchanges, ex_tokens, bounds)
 
 
-def exchange_token_counts(conv) -> list[int]:
-    """o200k tokens per exchange of a conversation (the sum of its turns')."""
+def capped_exchange_tokens(conv, token_cap: int) -> list[int]:
+    """Split every exchange of `conv` over `token_cap` into runs of its turns that fit (an
+    exchange over the cap would be a segment over it), then return o200k tokens per exchange.
+    Every segmentation goes through here: the stage's and the ablation grid's matched windows."""
     turn_tokens = count_many([t.text for t in conv.turns])
+    conv.exchanges = cap_exchanges(conv.exchanges, turn_tokens, token_cap)
     return [sum(turn_tokens[i] for i in ex) for ex in conv.exchanges]
 
 

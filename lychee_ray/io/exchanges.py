@@ -7,20 +7,15 @@
 - `turn` (`read.locomo_exchange: turn`): each turn is an exchange.
 An exchange never crosses a session.
 
-The segmenter's hard token cap can only hold if no exchange is over it on its own, so:
-- each part of a turn the reader split (`read.max_turn_tokens`; parts are named X, X#p2, X#p3...)
-  is an exchange of its own, never joined with its siblings or its neighbours;
-- `cap_exchanges` splits any exchange still over the cap into runs of its turns that fit.
+The segmenter's hard token cap can only hold if no exchange is over it on its own: the reader
+splits a turn longer than `read.max_turn_tokens` (never above the cap) into parts, and
+`cap_exchanges` splits any exchange over the cap (two long turns, or a turn's parts) into runs of
+its turns that fit.
 """
 
 from __future__ import annotations
 
-import re
-
 from lychee_ray.schemas import Turn
-
-# The readers' id of the 2nd, 3rd... part of a split turn (lychee_ray/io/readers/common.py).
-_PART_SUFFIX = re.compile(r"#p\d+$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -40,10 +35,6 @@ def group_exchanges(turns: list[Turn], rule: str) -> list[list[int]]:
     for i, t in enumerate(turns):
         if current and turns[current[-1]].session_id != t.session_id:
             close()
-        if is_split_part(turns, i):  # already up to the cap alone: a unit of its own
-            close()
-            exchanges.append([i])
-            continue
         if rule == "turn":
             close()
         elif rule == "role":
@@ -61,14 +52,6 @@ def group_exchanges(turns: list[Turn], rule: str) -> list[list[int]]:
         current.append(i)
     close()
     return exchanges
-
-
-def is_split_part(turns: list[Turn], i: int) -> bool:
-    """Turn i is one part of a turn the reader split: X#pN, or X followed by X#p2."""
-    tid = turns[i].turn_id
-    if _PART_SUFFIX.search(tid):
-        return True
-    return i + 1 < len(turns) and turns[i + 1].turn_id == f"{tid}#p2"
 
 
 def cap_exchanges(exchanges: list[list[int]], turn_tokens: list[int], max_tokens: int) -> list[list[int]]:

@@ -120,12 +120,18 @@ def is_empty_dir(fs: pafs.FileSystem, folder: str) -> bool:
     return not fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
 
 
-def os_problem(exc: OSError, where: str) -> str:
-    """One sentence for an OSError on `where`: the OS's reason (pyarrow puts it after "Detail:")."""
+def os_reason(exc: OSError) -> str:
+    """The OS's reason for an OSError, without Python's "[Errno N]" or pyarrow's wrapping (which
+    puts the reason after "Detail:"), lower-cased and without a final period."""
     text = exc.strerror or str(exc)
     detail = _OS_DETAIL.search(text)
     reason = (detail.group(1) if detail else text).rstrip(".")
-    return f"cannot write to {where}: {reason[:1].lower()}{reason[1:]}."
+    return f"{reason[:1].lower()}{reason[1:]}"
+
+
+def os_problem(exc: OSError, where: str) -> str:
+    """One sentence for an OSError on writing to `where`."""
+    return f"cannot write to {where}: {os_reason(exc)}."
 
 
 def make_output_dir(fs: pafs.FileSystem, folder: str, where: str) -> None:

@@ -11,8 +11,6 @@ into the answer prompt:
 3. `budget_topk` is the same budget rule without diversity: the "no selection" ablation and the
    baselines.
 
-`cosine_topk` is a brute-force nearest-neighbour search used by the baselines and the tests.
-
 Everything here is deterministic: ties are broken by input order, never by hash or sort
 instability, so a rerun of the evaluation gives the same evidence and the same answers.
 No I/O, no Ray, numpy only.
@@ -27,7 +25,6 @@ import numpy as np
 
 __all__ = [
     "budget_topk",
-    "cosine_topk",
     "minmax_normalize",
     "mmr_select",
     "rrf_fuse",

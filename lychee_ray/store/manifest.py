@@ -17,10 +17,8 @@ import pyarrow.fs as pafs
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.io.fs import join_path, list_files, write_atomic
-from lychee_ray.schemas import INGEST_TABLES, SCHEMA_VERSION
+from lychee_ray.schemas import INGEST_TABLES, MANIFEST, SCHEMA_VERSION, STORE_FORMAT  # noqa: F401  (MANIFEST: re-exported to reader and writer)
 
-STORE_FORMAT = "lychee-ray-store"
-MANIFEST = "manifest.json"
 COMMITS = "_commits"
 VECTOR_TABLES = {"records": "record_id", "turns": "turn_id", "nodes": "node_id"}
 BM25_TABLES = {"records": "record_id", "turns": "turn_id"}

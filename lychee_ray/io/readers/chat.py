@@ -12,6 +12,7 @@ from lychee_ray.config import ReadConfig
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import (
     ErrorEntry,
+    Recorder,
     as_list,
     checked_conversation_id,
     finish,
@@ -28,8 +29,9 @@ def read_chat(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conversation
     id_field = "conversation_id" if "conversation_id" in obj else "id"
     cid = checked_conversation_id(obj.get(id_field), id_field, path, where, errors)
     conv = Conversation(conversation_id=cid, source="chat", source_file=path)
+    rec = Recorder(path, where, cid, errors)
     turns_field = "turns" if "turns" in obj else "messages"
-    turns_in = as_list(obj.get(turns_field), turns_field, cid, path, where, errors)
+    turns_in = as_list(obj.get(turns_field), turns_field, rec)
     raw = [chat_turn(t, i, f"{turns_field}[{i}]") for i, t in enumerate(turns_in)]
     conv.turns = validated_turns(raw, cid, path, where, errors, cfg)
     conv.exchanges = group_exchanges(conv.turns, "role" if has_roles(conv.turns) else "pair")

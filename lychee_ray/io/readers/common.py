@@ -83,13 +83,13 @@ def checked_conversation_id(raw, field: str, path: str, where: int, errors: list
     return cid
 
 
-def as_list(value, field: str, cid: str, path: str, where: int, errors: list[ErrorEntry]) -> list:
+def as_list(value, field: str, rec: Recorder) -> list:
     """`value` when it is a list, [] when absent; any other type is recorded and read as []."""
     if value is None:
         return []
     if isinstance(value, list):
         return value
-    errors.append(ErrorEntry(path, where, field, "bad_field", f"{path}:{where}: {cid}: field '{field}' is a {type(value).__name__}, not a list; its content is not read"))
+    rec.record(field, "bad_field", f"field '{field}' is a {type(value).__name__}, not a list; its content is not read")
     return []
 
 
@@ -182,12 +182,21 @@ def _checked_timestamp(value, field: str, cid: str, path: str, line, errors: lis
     """The turn's time as ISO, or None; a stamp that does not parse is recorded (the turn stays)."""
     if value is None or value == "":
         return None
-    # Parquet gives datetime and date objects; str() of those parses. A list or dict never does.
-    parsed = parse_source_datetime(value if isinstance(value, (str, datetime)) else str(value) if isinstance(value, (int, float, date)) else None)
+    parsed = parse_source_datetime(_stamp_text(value))
     if parsed is None:
         errors.append(ErrorEntry(path, line, field, "bad_timestamp", f"{path}:{line}: {cid}: {field} {short(value)} is not a date; the turn is kept without a time", cid))
         return None
     return parsed.isoformat()
+
+
+def _stamp_text(value) -> str | datetime | None:
+    """What the date parser can take: a string or datetime as is; Parquet's date objects and
+    numbers as text; a list, dict or bool never parses."""
+    if isinstance(value, (str, datetime)):
+        return value
+    if isinstance(value, (int, float, date)) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 def _split_oversized(text: str, max_tokens: int) -> list[str]:

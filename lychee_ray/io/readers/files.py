@@ -46,14 +46,10 @@ from lychee_ray.io.readers.decode import (
 from lychee_ray.io.readers.locomo import read_locomo
 from lychee_ray.io.readers.longmemeval import read_longmemeval
 from lychee_ray.io.readers.turns import conversation_from_turn_rows, read_turn_parquet
-from lychee_ray.schemas import Conversation
+from lychee_ray.schemas import MANIFEST, STORE_FORMAT, Conversation
 
 log = logging.getLogger(__name__)
 
-# How lychee_ray.store.manifest marks a store (io sits below store, so the names are repeated
-# here; tests/test_hostile_read.py checks that they agree).
-STORE_MARKER = "manifest.json"
-STORE_FORMAT = "lychee-ray-store"
 
 
 # --------------------------------------------------------------------------------------------
@@ -87,7 +83,7 @@ def _walk(root: str, exclude: str | None) -> Iterator[str]:
 def is_store(folder: str) -> bool:
     """Whether `folder` holds a lychee-ray store: a manifest.json with the store's format tag."""
     try:
-        with open(os.path.join(folder, STORE_MARKER), "rb") as fh:
+        with open(os.path.join(folder, MANIFEST), "rb") as fh:
             manifest = json.loads(fh.read(1 << 20))
     except (OSError, ValueError, RecursionError):
         return False

@@ -46,10 +46,10 @@ def read_locomo(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conversati
     raw_turns, dates = [], {}
     for n in sorted(int(m.group(1)) for k in body if (m := _SESSION_KEY.fullmatch(k))):
         dates[n] = _session_date(body, n, rec)
-        session = as_list(body[f"session_{n}"], f"conversation.session_{n}", cid, path, where, errors)
+        session = as_list(body[f"session_{n}"], f"conversation.session_{n}", rec)
         raw_turns += [_locomo_turn(t, n, k, dates[n], body, cfg) for k, t in enumerate(session, start=1)]
     conv.turns = validated_turns(raw_turns, cid, path, where, errors, cfg)
-    qa = as_list(obj.get("qa"), "qa", cid, path, where, errors)
+    qa = as_list(obj.get("qa"), "qa", rec)
     question_date = _question_date(conv.turns, dates, len(qa), rec)
     conv.questions = [q for i, item in enumerate(qa) if (q := _locomo_question(cid, i, item, question_date, rec))]
     conv.exchanges = group_exchanges(conv.turns, "pair" if cfg.locomo_exchange == "pair" else "turn")

@@ -42,14 +42,14 @@ def read_longmemeval(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conve
     cid = checked_conversation_id(obj.get("question_id"), "question_id", path, where, errors)
     rec = Recorder(path, where, cid, errors)
     conv = Conversation(conversation_id=cid, source="longmemeval", source_file=path)
-    session_ids = as_list(obj.get("haystack_session_ids"), "haystack_session_ids", cid, path, where, errors)
-    dates = as_list(obj.get("haystack_dates"), "haystack_dates", cid, path, where, errors)
-    sessions = as_list(obj.get("haystack_sessions"), "haystack_sessions", cid, path, where, errors)
+    session_ids = as_list(obj.get("haystack_session_ids"), "haystack_session_ids", rec)
+    dates = as_list(obj.get("haystack_dates"), "haystack_dates", rec)
+    sessions = as_list(obj.get("haystack_sessions"), "haystack_sessions", rec)
     stamps = [_session_date(dates, s_idx, rec) for s_idx in range(len(sessions))]
     raw_turns = []
     for rank, s_idx in enumerate(date_order(stamps), start=1):
         source_sid = scalar_text(session_ids[s_idx]) if s_idx < len(session_ids) else None
-        turns = as_list(sessions[s_idx], f"haystack_sessions[{s_idx}]", cid, path, where, errors)
+        turns = as_list(sessions[s_idx], f"haystack_sessions[{s_idx}]", rec)
         raw_turns += [_lme_turn(t, f"s{rank}", source_sid, s_idx, k, stamps[s_idx]) for k, t in enumerate(turns, start=1)]
     conv.turns = validated_turns(raw_turns, cid, path, where, errors, cfg)
     question_id = scalar_text(obj.get("question_id")) or cid
