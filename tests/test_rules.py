@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from datetime import date
 
 import pytest
@@ -19,7 +20,7 @@ from lychee_ray.rules.answerer import extractive_answer
 from lychee_ray.rules.encoder import RulesEncoder
 from lychee_ray.rules.planner import RulesPlanner
 from lychee_ray.rules.pronouns import resolve_pronouns
-from lychee_ray.rules.text import classify, content_words, split_sentences
+from lychee_ray.rules.text import classify, content_words, segment_keyphrases, singular, split_sentences, topics_in
 from lychee_ray.rules.timeparse import find_time_expressions
 from lychee_ray.schemas import (
     EncodeOutput,
@@ -90,7 +91,23 @@ def test_relative_date_resolved_and_speaker_attributed(conv26):
     assert (rec.time.start, rec.time.end, rec.time.granularity, rec.time.expression) == ("2023-05-07", "2023-05-07", "day", "yesterday")
     assert rec.type == "event"
     assert rec.entities[0] == "Caroline" and "LGBTQ" in rec.entities
-    assert "lgbtq" in rec.topics and 1 <= len(rec.topics) <= 3
+    assert 1 <= len(rec.topics) <= 3
+    # Topics are keyphrases of the segment found in the record's own text, not lexicon categories.
+    words = {singular(w) for w in re.findall(r"[a-z0-9'+-]+", rec.text.lower())}
+    assert all(set(_singulars(t)) <= words for t in rec.topics)
+
+
+def _singulars(topic: str) -> list[str]:
+    return [singular(w) for w in topic.split()]
+
+
+def test_topics_are_short_normalized_phrases(conv26):
+    _, _, outs = conv26
+    topics = [t for out in outs for r in out.records for t in r.topics]
+    assert topics and all(t == t.lower().strip() and 1 <= len(t.split()) <= 2 for t in topics)
+    assert all(len(r.topics) <= 3 and len(set(r.topics)) == len(r.topics) for out in outs for r in out.records)
+    shared = Counter(topics)
+    assert sum(n for n in shared.values() if n >= 2) > 0.5 * len(topics)  # most topic uses are shared
 
 
 def test_last_saturday_and_next_month(conv26):
@@ -281,6 +298,69 @@ def test_longmemeval_excerpt_encodes():
     assert "personal best" in extractive_answer(inst["question"], evidence)
 
 
+SOURDOUGH = [
+    "I started sourdough baking last month. My first sourdough loaf came out flat.",
+    "Oh no! Did you feed the starter every day?",
+    "Yes, twice a day. The starter smells great now, so my second sourdough loaf rose much better.",
+    "That is great! Baking bread at home is so rewarding.",
+    "I'm going to bake sourdough for the neighbors next weekend.",
+]
+
+
+def test_topics_come_from_the_segment_text():
+    """No word list knows "sourdough": it is a topic because the segment keeps talking about it,
+    and every record of the segment that says it shares the topic node."""
+    turns = [_turn(f"t{i}", "Ann" if i % 2 == 0 else "Bob", text, idx=i) for i, text in enumerate(SOURDOUGH)]
+    out = RulesEncoder().encode(turns, None, [])
+    assert any("sourdough" in kp for kp in segment_keyphrases("\n".join(SOURDOUGH), ["Ann", "Bob"]))
+    with_sourdough = [r for r in out.records if "sourdough" in r.text.lower()]
+    assert len(with_sourdough) >= 3
+    shared = set.intersection(*(set(r.topics) for r in with_sourdough))
+    assert any("sourdough" in t for t in shared), [r.topics for r in with_sourdough]
+    assert all(1 <= len(r.topics) <= 3 for r in with_sourdough)
+    # "starter" is said in two records (one a question): each that says it carries it.
+    starter = [r for r in out.records if "starter" in r.text]
+    assert starter and all("starter" in r.topics for r in starter)
+    assert RulesEncoder().encode(turns, None, []) == out  # deterministic
+
+
+@pytest.mark.parametrize(
+    "text,keyphrases,expected",
+    [
+        ("Ann walks her dogs at dawn.", ["dog", "dawn"], ["dog", "dawn"]),  # plural text, singular topic
+        ("The dog park was full of dogs.", ["dog park", "dog"], ["dog park"]),  # no word twice
+        ("Two puppies and one puppy.", ["puppy"], ["puppy"]),
+        ("The support groups meet weekly.", ["support group", "group"], ["support group"]),
+        ("Nothing about that here.", ["dog", "sourdough"], []),
+        ("a b c d", ["a", "b", "c", "d"], ["a", "b", "c"]),  # at most 3
+    ],
+)
+def test_topics_in(text, keyphrases, expected):
+    assert topics_in(text, keyphrases) == expected
+
+
+@pytest.mark.parametrize(
+    "text,names,present,absent",
+    [
+        # names are entities, not topics; a capitalized prefix of a name ("Sam") is an alias
+        ("Sam told Samantha about the kayak trip. Samantha loved the kayak trip and the kayak.",
+         ["Samantha"], ["kayak trip"], ["samantha", "sam"]),
+        # adjectives and verbs said as such are no topics of their own
+        ("I feel so thankful and hopeful. I cherish the garden. We cherish it. The garden is lovely.",
+         [], ["garden"], ["thankful", "hopeful", "cherish"]),
+        # an -ing word is a topic where it is used as a noun
+        ("We went camping by the river. Camping is our thing. It was inspiring, inspiring!",
+         [], ["camping"], ["inspiring"]),
+        ("", [], [], []),
+    ],
+)
+def test_segment_keyphrases(text, names, present, absent):
+    kps = segment_keyphrases(text, names)
+    assert all(kp == kp.lower() and 1 <= len(kp.split()) <= 2 for kp in kps)
+    assert all(p in kps for p in present), kps
+    assert not any(a in kps for a in absent), kps
+
+
 @pytest.mark.parametrize(
     "text,expected",
     [
@@ -351,9 +431,12 @@ def test_planner_aliases_topics_quotes_and_no_window():
     assert route.entities == ["Melanie"]  # known names match case-insensitively
     assert route.time_window is None
     assert "Nothing is Impossible" in route.search_terms and "book" in route.search_terms
-    assert route.topics == ["books"]
+    assert route.topics == ["book"]  # the stored (singular) form; "Nothing is Impossible" is stopwords and an adjective
     plan2 = RulesPlanner().plan("When did Mel paint a sunrise?", None, ["Melanie", "Caroline"])
-    assert plan2.routes[0].entities == ["Melanie"] and "art" in plan2.routes[0].topics
+    # "Mel" is an alias, "paint" a verb: the one topic word is the question's own noun
+    assert plan2.routes[0].entities == ["Melanie"] and plan2.routes[0].topics == ["sunrise"]
+    route3 = RulesPlanner().plan("Where did Ann join the sourdough baking classes?", None, ["Ann"]).routes[0]
+    assert route3.topics[:2] == ["sourdough baking", "baking class"] and "sourdough" in route3.topics
 
 
 def test_planner_without_known_entities_and_with_question_date():

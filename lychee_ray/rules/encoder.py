@@ -31,8 +31,9 @@ from lychee_ray.rules.text import (
     is_name_prefix,
     norm_token,
     normalize_text,
+    segment_keyphrases,
     split_sentences,
-    topics_for,
+    topics_in,
 )
 from lychee_ray.rules.timeparse import (
     TimeExpr,
@@ -114,6 +115,14 @@ def _turn_units(turn: Turn, names: frozenset[str]) -> tuple[list[_Unit], list[st
 
 
 
+def _topic_source(text: str) -> str:
+    """Text to take topics from: the caption tag and its "a photo of" are no topic."""
+    return _IMAGE_TAG_RE.sub(" ", PHOTO_OF_RE.sub(" ", text))
+
+
+_IMAGE_TAG_RE = re.compile(r"\[image:")
+
+
 def _turn_date(turn: Turn) -> date | None:
     dt = parse_source_datetime(turn.timestamp) if turn.timestamp else None
     return dt.date() if dt else None
@@ -153,12 +162,16 @@ class RulesEncoder:
         n_content: list[int] = []
         asked: list[tuple[int, str, str]] = []  # (turn position, asker, rewritten question)
         mentions: list[tuple[str, str]] = []  # (entity, speaker) in order of mention
-        for pos, turn in enumerate(turns):
+        per_turn = [_turn_units(turn, names) for turn in turns]
+        keyphrases = segment_keyphrases(
+            "\n".join(_topic_source(normalize_text(t.text)) for t in turns),
+            [*index.participants, *(a for aliases in index.aliases.values() for a in aliases)],
+        )  # the segment is the YAKE document: enough text for its statistics, shared by its records
+        for pos, (turn, (units, questions)) in enumerate(zip(turns, per_turn)):
             anchor = _turn_date(turn) or anchor_fallback
             other = self._other(turn.speaker, participants)
-            units, questions = _turn_units(turn, names)
             for u in units:
-                rec = self._record(u, anchor, other, index)
+                rec = self._record(u, anchor, other, index, keyphrases)
                 records.append(rec)
                 unit_turns.append(turn.turn_id)
                 n_content.append(u.n_content)
@@ -171,7 +184,7 @@ class RulesEncoder:
         return EncodeOutput(records=records, state=state)
 
     # ---- records ------------------------------------------------------------------------
-    def _record(self, u: _Unit, anchor: date | None, other: str | None, index: EntityIndex) -> EncodedRecord:
+    def _record(self, u: _Unit, anchor: date | None, other: str | None, index: EntityIndex, keyphrases: list[str]) -> EncodedRecord:
         speaker = u.turn.speaker
         times = find_time_expressions(u.text, anchor)
         if not times and anchor is not None and (cue := RECENT_CUE_RE.search(u.text)):
@@ -186,8 +199,8 @@ class RulesEncoder:
                 entities.append(e)
         if other and other.lower() not in ROLE_SPEAKERS and other not in entities and re.search(rf"\b{re.escape(display_name(other))}\b", text):
             entities.append(other)
-        topic_text = PHOTO_OF_RE.sub(" ", u.text)  # every caption starts "a photo of": not a topic
-        topics = topics_for(content_words(topic_text, ())) or fallback_topic(content_words(topic_text, index.canonical))
+        topic_text = _topic_source(u.text)
+        topics = topics_in(topic_text, keyphrases) or fallback_topic(content_words(topic_text, index.canonical))
         time = to_normalized(times[0] if times else None)
         return EncodedRecord(
             type=classify(u.text, bool(times)),

@@ -34,7 +34,8 @@ from lychee_ray.schemas import (
 
 class RulesPlanner:
     """Question -> a one-route `QueryPlan`: the question as goal, its content words and
-    phrases as search terms, its named entities, lexicon topics and parsed time window."""
+    phrases as search terms, its named entities, topic names its words may match, and parsed
+    time window."""
 
     def plan(self, question: str, question_date=None, known_entities: Sequence[str] = ()) -> QueryPlan:
         q = normalize_text(question).strip()
@@ -46,11 +47,8 @@ class RulesPlanner:
         entities = self._entities(q, index, bool(known_entities))
         phrases = [m.group(1).strip() for m in QUOTED_RE.finditer(q)]
         phrases += [e for e in entities if " " in e]
-        words = [
-            norm_token(m.group(0))
-            for m in WORD_RE.finditer(q)
-            if not any(s <= m.start() < e for s, e in in_time)
-        ]
+        raw = [m.group(0) for m in WORD_RE.finditer(q) if not any(s <= m.start() < e for s, e in in_time)]
+        words = [norm_token(t) for t in raw]
         terms = [w for w in words if w not in STOPWORDS and w not in FILLERS and w not in MONTH_WEEKDAY and (len(w) > 1 or w.isdigit())]
         search_terms = list(dict.fromkeys(phrases + entities + [t for t in terms if t not in {e.lower() for e in entities}]))
         window = resolve_question_window(q, question_date)
@@ -60,7 +58,7 @@ class RulesPlanner:
                     goal=q,
                     search_terms=search_terms,
                     entities=entities,
-                    topics=topics_for(terms),
+                    topics=topics_for(raw, names=entities),
                     time_window=TimeWindow(start=window[0], end=window[1]) if window else None,
                 )
             ]

@@ -1,5 +1,5 @@
 """Text helpers of the rules backend: normalization, sentence splitting, content words, topics
-and record types.
+(YAKE keyphrases of a segment's own text) and record types.
 
 The shared layer under the encoder, planner, answerer and entity extraction (the tests use it
 directly too): the sentence-level regexes (questions, anaphora, "just did" cues, "when"
@@ -22,8 +22,6 @@ from lychee_ray.rules.lexicon import (
     NOT_TOPICS,
     PRESENT_VERBS,
     STOPWORDS,
-    TOPIC_BIGRAMS,
-    TOPIC_LEXICON,
     TYPE_RULES,
 )
 from lychee_ray.rules.timeparse import TimeExpr
@@ -117,50 +115,170 @@ def stem(word: str) -> str:
     return w
 
 
-def topics_for(words: Sequence[str], max_topics: int = 3) -> list[str]:
-    """Lexicon topics of a word list: most frequent first, ties by first occurrence."""
-    hits: list[str] = []
-    skip_next = False
-    for i, w in enumerate(words):
-        if skip_next:  # the second word of a bigram already counted
-            skip_next = False
+# --------------------------------------------------------------------------------------------
+# Topics: keyphrases of the text itself (YAKE), no topic lexicon
+# --------------------------------------------------------------------------------------------
+# Never a topic word: function words, fillers, name-like stop words, common verbs and
+# conversational non-topics (all general English).
+_NOT_TOPIC_WORDS = STOPWORDS | FILLERS | ENTITY_STOP | NOT_TOPICS | PRESENT_VERBS | IRREGULAR_PAST
+# Usage cues for a single word, from the words right before it. After a determiner or possessive
+# (or "went", "love") a word is used as a noun: "went camping", "my painting". After a subject
+# pronoun, a modal or a do-negation it is a verb: "I cherish", "let's spread", "will continue".
+_NOUN_CUES = frozenset(
+    "a an the my your his her our their its this these those some any no "
+    "go goes went going love loves loved like likes liked enjoy enjoys enjoyed".split()
+)
+_VERB_CUES = frozenset(
+    "i we you they he she me us them i'll we'll you'll they'll let's will would can could should must might "
+    "don't didn't doesn't won't can't never".split()
+)
+# Adjective endings: "thankful", "inclusive", "nervous", "adorable" are not topics.
+_ADJ_ENDINGS = ("ful", "ive", "ous", "able", "ible")
+_YAKE_TOP = 30  # candidates asked of YAKE per segment, before our filters
+_yake = None
+
+
+def _keyword_extractor():
+    """One YAKE extractor per process (1-2 word n-grams; its English stopwords plus ours, which
+    are also what `_topic_word` rejects)."""
+    global _yake
+    if _yake is None:
+        import yake  # imported on first use: a rules import stays cheap
+
+        base = yake.KeywordExtractor(lan="en").stopword_set
+        _yake = yake.KeywordExtractor(lan="en", n=2, top=_YAKE_TOP, dedup_lim=0.9, stopwords=set(base) | _NOT_TOPIC_WORDS)
+    return _yake
+
+
+def singular(w: str) -> str:
+    """A crude singular, so that "dogs" and "dog" are one topic."""
+    if w.endswith("ies") and len(w) > 4:
+        return w[:-3] + "y"
+    if w.endswith(("oes", "xes", "ches", "shes", "sses")) and len(w) > 4:
+        return w[:-2]
+    if w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 3:
+        return w[:-1]
+    return w
+
+
+def _topic_word(w: str, skip: set[str], capitalized: bool = False) -> bool:
+    """Could `w` (lower case) be a word of a topic? Content words only: no stop or filler word,
+    verb form, adverb, name (a capitalized prefix of one too: "Mel"), number or two-letter word."""
+    if len(w) < 3 or not any(c.isalpha() for c in w) or w in skip or (capitalized and is_name_prefix(w, skip)):
+        return False
+    stop = _keyword_extractor().stopword_set  # YAKE's English stopwords and ours
+    if w in stop or singular(w) in stop:
+        return False
+    return not w.endswith("ly") and not (len(w) > 4 and w.endswith("ed") and not w.endswith("eed"))
+
+
+def _phrase_key(words: Sequence[str]) -> str:
+    """Match key of a phrase: every word singular, so "dog walks" matches "dogs walk"."""
+    return " ".join(singular(w) for w in words)
+
+
+def _topic_name(words: Sequence[str]) -> str:
+    """Shown form: lower case, the head (last) word singular ("support group", "dog")."""
+    return " ".join([*words[:-1], singular(words[-1])])
+
+
+def _usage(text: str) -> tuple[Counter, Counter]:
+    """How often each word of the text follows a noun cue, and a verb cue. A determiner before
+    an -ing word followed by a content word ("a loving home") makes it an adjective: no count."""
+    toks = [norm_token(t) for t in WORD_RE.findall(text)] + [""]
+    noun, verb = Counter(), Counter()
+    for prev, w, nxt in zip(toks, toks[1:], toks[2:]):
+        if prev in _VERB_CUES:
+            verb[w] += 1
+        elif prev in _NOUN_CUES and not (w.endswith("ing") and nxt and nxt not in STOPWORDS):
+            noun[w] += 1
+    return noun, verb
+
+
+def _single_ok(w: str, noun: Counter, verb: Counter) -> bool:
+    """A lone word is a topic when it looks like a noun in this text: no adjective ending, an
+    -ing word only where used as a noun, and not used more often as a verb than as a noun."""
+    if len(w) > 5 and w.endswith(_ADJ_ENDINGS):
+        return False
+    if w.endswith("ing") and not noun[w]:
+        return False  # "inspiring", "taking": adjectives and verbs
+    return verb[w] <= noun[w]
+
+
+def segment_keyphrases(text: str, names: Iterable[str] = (), limit: int = 12) -> list[str]:
+    """Topics a segment offers, best first: YAKE keyphrases of the segment's own text (1-2 words),
+    kept when every word is a content word, lower-cased, the head word singular. A lone word
+    counts only where the text uses it as a noun (`_single_ok`). Participant names (and aliases)
+    are entities, not topics. Deterministic: YAKE is, and ties keep its order."""
+    text = normalize_text(text)
+    if not WORD_RE.search(text):
+        return []
+    skip = {n.lower() for n in names}
+    noun, verb = _usage(text)
+    toks = [singular(norm_token(t)) for t in WORD_RE.findall(text)]
+    counts = Counter(toks) + Counter(f"{a} {b}" for a, b in zip(toks, toks[1:]))
+    cands: list[str] = []
+    for kw, _score in _keyword_extractor().extract_keywords(text):
+        toks = WORD_RE.findall(kw)
+        words = [norm_token(t) for t in toks]
+        if not 1 <= len(words) <= 2 or not all(_topic_word(w, skip, t[0].isupper()) for w, t in zip(words, toks)):
             continue
-        if i + 1 < len(words) and (big := TOPIC_BIGRAMS.get(f"{w} {words[i + 1]}")):
-            hits.append(big)
-            skip_next = True
+        if len(words) == 1 and not _single_ok(words[0], noun, verb):
             continue
-        topic = TOPIC_LEXICON.get(w) or (TOPIC_LEXICON.get(w[:-1]) if w.endswith("s") else None)
-        if topic:
-            hits.append(topic)
-    counts = Counter(hits)
-    first = {t: i for i, t in reversed(list(enumerate(hits)))}
-    return sorted(counts, key=lambda t: (-counts[t], first[t]))[:max_topics]
+        name = _topic_name(words)
+        if name not in cands:
+            cands.append(name)
+    # A word that only ever occurs inside one kept phrase ("mental" of "mental health") is no topic of its own.
+    inside = {w: counts[_phrase_key(c.split())] for c in cands if " " in c for w in _phrase_key(c.split()).split()}
+    return [c for c in cands if " " in c or inside.get(c, 0) < counts[c]][:limit]
+
+
+def topics_in(text: str, keyphrases: Sequence[str], max_topics: int = 3) -> list[str]:
+    """The segment keyphrases that occur in `text` (any number, "dogs" matches "dog"), in the
+    segment's rank order; a single word inside a phrase already taken is not taken again."""
+    toks = [singular(norm_token(t)) for t in WORD_RE.findall(normalize_text(text))]
+    grams = set(toks) | {f"{a} {b}" for a, b in zip(toks, toks[1:])}
+    out: list[str] = []
+    taken: set[str] = set()
+    for kp in keyphrases:
+        key = _phrase_key(kp.split())
+        if key not in grams or (" " not in key and key in taken):
+            continue
+        out.append(kp)
+        taken.update(key.split())
+        if len(out) >= max_topics:
+            break
+    return out
+
+
+def topics_for(tokens: Sequence[str], max_topics: int = 4, names: Iterable[str] = ()) -> list[str]:
+    """Topic names a query may match, in the form the encoder stores topics in: from the query's
+    words as written (adjacent, so that capitalized aliases such as "Mel" are known), its two-word
+    phrases of content words first, then its single content words (head word singular; no names,
+    no adjective endings)."""
+    skip = {n.lower() for n in names}
+    words = [norm_token(t) for t in tokens]
+    ok = [_topic_word(w, skip, t[:1].isupper()) for w, t in zip(words, tokens)]
+    pairs = [_topic_name(words[i : i + 2]) for i in range(len(words) - 1) if ok[i] and ok[i + 1]]
+    singles = [singular(w) for w, good in zip(words, ok) if good and not (len(w) > 5 and w.endswith(_ADJ_ENDINGS))]
+    return list(dict.fromkeys(pairs + singles))[:max_topics]
 
 
 def fallback_topic(words: Sequence[str]) -> list[str]:
-    """No lexicon hit: the longest noun-looking content word, so every record has a topic."""
+    """No segment keyphrase in a record: its longest noun-looking content word, so every record
+    has a topic."""
     cands = [
         w for w in words
-        if len(w) >= 4 and not w.isdigit() and not w.endswith(("ly", "ed", "ing"))
+        if len(w) >= 4 and not w.isdigit() and not w.endswith(("ly", "ed", "ing")) and not (len(w) > 5 and w.endswith(_ADJ_ENDINGS))
         and w not in ENTITY_STOP and w not in PRESENT_VERBS and w not in IRREGULAR_PAST and w not in NOT_TOPICS
     ]  # fmt: skip
     if not cands:
         return []
     for w in sorted(cands, key=len, reverse=True):  # stable: the first of equal length wins
-        single = _singular(w)
+        single = singular(w)
         if single not in NOT_TOPICS and single not in PRESENT_VERBS:
             return [single]
     return []
-
-
-def _singular(w: str) -> str:
-    if w.endswith("ies") and len(w) > 4:
-        return w[:-3] + "y"
-    if w.endswith(("oes", "xes", "ches", "shes")) and len(w) > 4:
-        return w[:-2]
-    if w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 3:
-        return w[:-1]
-    return w
 
 
 def insert_dates(text: str, times: Sequence[TimeExpr]) -> str:
