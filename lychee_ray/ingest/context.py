@@ -15,7 +15,7 @@ from lychee_ray.schemas import (
     EncodeOutput,
     ResolutionState,
 )
-from lychee_ray.tokens import count_tokens, truncate_to_tokens
+from lychee_ray.tokens import TokenCounter, token_counter
 
 
 # --------------------------------------------------------------------------------------------
@@ -30,20 +30,22 @@ class ReferenceContext:
         """rho_{k+1} = (d_k; the m most recent records)."""
         return ReferenceContext(state=out.state, recent=(self.recent + list(out.records))[-m:] if m else [])
 
-    def render(self, budget_tokens: int) -> str:
-        """Text of rho_k within `budget_tokens`: the state first (it resolves references), then
-        as many of the most recent records as fit, newest kept."""
+    def render(self, budget_tokens: int, counter: TokenCounter | None = None) -> str:
+        """Text of rho_k within `budget_tokens` as `counter` counts them (the configured
+        tokenizer; None: o200k): the state first (it resolves references), then as many of the
+        most recent records as fit, newest kept."""
         if self.state is None and not self.recent:
             return "(none: this is the first segment)"
+        counter = counter or token_counter(None)
         parts = []
         if self.state is not None:
             state_text = "state: " + json.dumps(self.state.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
-            parts.append(_truncate(state_text, budget_tokens))
-        used = sum(count_tokens(p) for p in parts)
+            parts.append(counter.truncate(state_text, budget_tokens))
+        used = sum(counter.count(p) for p in parts)
         lines = []
         for rec in reversed(self.recent):
             line = f"- [{rec.type}] {rec.text}" + (f" ({rec.time.start})" if rec.time.start else "")
-            cost = count_tokens(line) + 1
+            cost = counter.count(line) + 1
             if used + cost > budget_tokens:
                 break
             lines.append(line)
@@ -51,7 +53,3 @@ class ReferenceContext:
         if lines:
             parts.append("recent records:\n" + "\n".join(reversed(lines)))
         return "\n".join(parts)
-
-
-def _truncate(text: str, budget: int) -> str:
-    return truncate_to_tokens(text, budget)

@@ -36,7 +36,7 @@ from lychee_ray.schemas import (
     Segment,
     Turn,
 )
-from lychee_ray.tokens import count_tokens
+from lychee_ray.tokens import TokenCounter, count_tokens, token_counter
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +108,18 @@ class EncodeStage(AsyncStage[Conversation]):
         self.max_in_flight = cfg.encoder.conversations_in_flight
         self.rules = None
         self.client = None
+        self._counter: TokenCounter | None = None
+
+    @property
+    def counter(self) -> TokenCounter:
+        """What the context budget rho_k counts with (`cfg.tokenizer_spec`), loaded once per worker."""
+        if self._counter is None:
+            self._counter = token_counter(self.cfg.tokenizer_spec)
+        return self._counter
 
     def setup(self) -> None:
         self.rules = RulesEncoder()
+        self.counter  # a tokenizer that cannot load fails here, before any call
         if self.cfg.llm.backend == "openai":
             self.client = LLMClient(self.cfg.llm)
 
@@ -158,8 +167,8 @@ class EncodeStage(AsyncStage[Conversation]):
         enc = self.cfg.encoder
         if self.client is None:
             out = self._rules(turns, ctx)
-            if enc.estimate_tokens:
-                messages = encode_messages(ctx.render(enc.context_token_budget), turns, enc.summary_records)
+            if enc.estimate_tokens:  # the estimate is o200k (compared with the paper); the budget is not
+                messages = encode_messages(ctx.render(enc.context_token_budget, self.counter), turns, enc.summary_records)
                 totals.est_prompt_tokens += sum(count_tokens(m["content"]) for m in messages)
                 totals.est_completion_tokens += count_tokens(out.model_dump_json())
             return out, None
@@ -169,7 +178,7 @@ class EncodeStage(AsyncStage[Conversation]):
             return self._degrade(tag, turns, ctx, totals, error)
 
         turn_ids = [t.turn_id for t in turns]
-        messages = encode_messages(ctx.render(enc.context_token_budget), turns, enc.summary_records)
+        messages = encode_messages(ctx.render(enc.context_token_budget, self.counter), turns, enc.summary_records)
         schema = json_schema_for(
             EncodeOutput,
             self.cfg.llm.schema_dialect,

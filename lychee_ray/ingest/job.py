@@ -32,6 +32,7 @@ from lychee_ray.runtime.stage import apply_stage, pack, unpack
 from lychee_ray.schemas import Conversation
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.writer import StoreWriter, finalize_manifest, prepare_output
+from lychee_ray.tokens import token_counter
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class IngestSummary:
     stage_seconds: Counter = field(default_factory=Counter)  # summed over conversations
     problems: list[str] = field(default_factory=list)  # first few non-ok conversations
     mean_exchanges_per_segment: str = "n/a"
+    tokenizer: str = "o200k_base"  # what the segment cap and context budget counted with
 
     @property
     def conversations(self) -> int:
@@ -161,6 +163,7 @@ class IngestSummary:
             f"  files: {self.files}; conversations written: {self.conversations} ({statuses or 'none'}); already complete: {self.resumed}",
             f"  turns: {self.turns}; segments: {self.segments}; exchanges/segment: {self.mean_exchanges_per_segment}",
             f"  records: {self.records}; LLM calls: {self.llm_calls}; tokens: {self.prompt_tokens} prompt + {self.completion_tokens} completion",
+            f"  tokenizer for the segment cap and context budget: {self.tokenizer}",
             f"  time: {self.wall_s:.1f} s; stage seconds summed over conversations: "
             + (", ".join(f"{k} {v:.1f}" for k, v in self.stage_seconds.items()) or "none"),
         ]
@@ -180,7 +183,7 @@ def build_dataset(cfg: LycheeConfig, files: list[str], out_dir: str, done_ids: f
     emb = cfg.embedding
     # each stage declares its resources (actors, CPUs, GPUs, batch size) from its config
     ds = apply_stage(ds, partial(EmbedTurnsStage, emb))
-    ds = apply_stage(ds, partial(SegmentStage, cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges))
+    ds = apply_stage(ds, partial(SegmentStage, cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges, cfg.tokenizer_spec))
     ds = apply_stage(ds, partial(EncodeStage, cfg))
     ds = apply_stage(ds, partial(OrganizeStage, cfg.organize, emb))
     return ds.map_batches(
@@ -192,8 +195,9 @@ def run_ingest(cfg: LycheeConfig, input_path: str, out_dir: str, *, force: bool 
     """`force`: write into a non-empty folder that is not a store (nothing there is deleted)."""
     start = time.perf_counter()
     files = list_input_files(input_path, exclude=out_dir)  # an output inside the input is not input
+    tokenizer = token_counter(cfg.tokenizer_spec).name  # a tokenizer that cannot load fails here, before any work
     done_ids = frozenset(prepare_output(out_dir, cfg, force=force))
-    summary = IngestSummary(out_dir=out_dir, files=len(files), resumed=len(done_ids))
+    summary = IngestSummary(out_dir=out_dir, files=len(files), resumed=len(done_ids), tokenizer=tokenizer)
     init_ray(cfg.ray)
     for row in build_dataset(cfg, files, out_dir, done_ids, input_path).iter_rows():
         summary.add(row)

@@ -31,7 +31,7 @@ from lychee_ray.config import SegmenterConfig
 from lychee_ray.io.exchanges import cap_exchanges
 from lychee_ray.runtime.stage import Resources, Stage
 from lychee_ray.schemas import Conversation, Segment
-from lychee_ray.tokens import count_many
+from lychee_ray.tokens import TokenCounter, token_counter
 
 
 @dataclass(frozen=True)
@@ -223,13 +223,26 @@ class SegmentStage(Stage[Conversation]):
     name = "segment"
     resources = Resources(num_cpus=0.5, batch_size=8)  # stateless numpy: plain tasks
 
-    def __init__(self, seg_cfg: SegmenterConfig, mode: str = "segment", window_exchanges: int = 6):
+    def __init__(self, seg_cfg: SegmenterConfig, mode: str = "segment", window_exchanges: int = 6, tokenizer: str | None = None):
         self.cfg = seg_cfg
         self.mode = mode
         self.window = window_exchanges
+        self.tokenizer = tokenizer  # a spec for token_counter (LycheeConfig.tokenizer_spec); None: o200k
+        self._counter: TokenCounter | None = None
+
+    @property
+    def counter(self) -> TokenCounter:
+        """What the token cap counts with, loaded once per worker (lazily: a plain spec travels
+        to the Ray workers, never a tokenizer object)."""
+        if self._counter is None:
+            self._counter = token_counter(self.tokenizer)
+        return self._counter
+
+    def setup(self) -> None:
+        self.counter  # a spec that cannot load fails here, before any conversation
 
     def process(self, conv) -> None:
-        ex_tokens = capped_exchange_tokens(conv, self.cfg.token_cap)
+        ex_tokens = capped_exchange_tokens(conv, self.cfg.token_cap, self.counter)
         T = len(conv.exchanges)
         if self.mode == "eager":
             bounds = [Boundary(b.start, b.end, 1.0, "eager") for b in fixed_windows(T, 1)]
@@ -242,11 +255,12 @@ class SegmentStage(Stage[Conversation]):
         conv.segments = segments_from_bounds(conv.exchanges, ex_tokens, bounds)
 
 
-def capped_exchange_tokens(conv, token_cap: int) -> list[int]:
+def capped_exchange_tokens(conv, token_cap: int, counter: TokenCounter | None = None) -> list[int]:
     """Split every exchange of `conv` over `token_cap` into runs of its turns that fit (an
-    exchange over the cap would be a segment over it), then return o200k tokens per exchange.
+    exchange over the cap would be a segment over it), then return tokens per exchange, counted
+    by `counter` (the configured tokenizer; None: o200k).
     Every segmentation goes through here: the stage's and the ablation grid's matched windows."""
-    turn_tokens = count_many([t.text for t in conv.turns])
+    turn_tokens = (counter or token_counter(None)).count_many([t.text for t in conv.turns])
     conv.exchanges = cap_exchanges(conv.exchanges, turn_tokens, token_cap)
     return [sum(turn_tokens[i] for i in ex) for ex in conv.exchanges]
 

@@ -1,7 +1,9 @@
 """A small OpenAI-compatible server for tests and benchmarks of the LLM path.
 
 It answers `GET /v1/models` and `POST /v1/chat/completions` on 127.0.0.1 with replies that are
-valid for the request's `response_format` JSON schema. The content is derived mechanically
+valid for the request's `response_format` JSON schema, and `POST /v1/embeddings` (see
+`embedding_for`: deterministic bag-of-words vectors, `dimensions` and `encoding_format` honoured,
+empty strings rejected with a 400 as OpenAI does). The content is derived mechanically
 from the prompt, never "the right answer", so a pipeline test passes only because the pipeline
 carries the prompt's data through, not because the server knows the benchmark:
 
@@ -17,7 +19,7 @@ previous request's (a stand-in for vLLM's prefix cache). A reply longer than the
 `max_tokens` is cut there with finish_reason "length", as a real server does.
 
 Faults (latency, 429, 500, hang past the client's timeout, truncated JSON, schema-invalid
-JSON, 401 echoing the key) come from a deterministic schedule or seeded probabilities, set at
+JSON, 401 echoing the key; for embeddings "invalid" drops the reply's last vector) come from a deterministic schedule or seeded probabilities, set at
 start and changeable at runtime (`server.set_faults(...)` or `POST /admin/faults`). Every
 request is recorded (`server.requests`, `server.total_usage()`, `server.max_concurrency`).
 
@@ -33,7 +35,9 @@ import argparse
 import asyncio
 import contextlib
 import copy
+import base64
 import functools
+import hashlib
 import json
 import random
 import re
@@ -49,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import jsonschema
+import numpy as np
 from aiohttp import web
 
 from lychee_ray.tokens import count_tokens, truncate_to_tokens
@@ -65,13 +70,13 @@ _WORD = re.compile(r"[A-Za-z0-9]+")
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Faults:
-    """What goes wrong, per chat-completion request.
+    """What goes wrong, per chat-completion or embeddings request (one shared schedule).
 
     `schedule` is consumed first, one entry per request (FAULT_KINDS); once it is empty each
     request draws from the probabilities with a generator seeded by `seed`.
     """
 
-    latency_s: float = 0.0  # added to every chat request
+    latency_s: float = 0.0  # added to every chat and embeddings request
     schedule: list[str] = field(default_factory=list)
     p_429: float = 0.0
     p_500: float = 0.0
@@ -352,6 +357,32 @@ def reply_for(messages: list[dict], schema_name: str, schema: dict) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
+# Embeddings
+# --------------------------------------------------------------------------------------------
+EMBEDDING_DIM = 384  # the width without `dimensions`: MiniLM's, so configs need no change
+
+
+@functools.lru_cache(maxsize=65536)
+def _seeded_vector(key: str, dim: int) -> np.ndarray:
+    seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+    vec = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    vec.setflags(write=False)
+    return vec
+
+
+def embedding_for(text: str, dim: int = EMBEDDING_DIM) -> np.ndarray:
+    """A deterministic vector for `text`: the sum of one seeded random vector per lowercased
+    word (so texts sharing words are close, and retrieval over it means something) plus a
+    smaller one for the whole text (so different texts never coincide). Not unit length, on
+    purpose: the client must normalize."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    vec = 0.5 * _seeded_vector("text:" + text, dim)
+    for w in words:
+        vec = vec + _seeded_vector("word:" + w, dim)
+    return vec.astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
 # The server
 # --------------------------------------------------------------------------------------------
 def _common_prefix_len(a: str, b: str) -> int:
@@ -365,10 +396,12 @@ def _common_prefix_len(a: str, b: str) -> int:
 class FakeOpenAIServer:
     """The aiohttp app on its own event loop in a daemon thread; use as a context manager."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, model: str = "fake-model", faults: Faults | None = None):
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, model: str = "fake-model", faults: Faults | None = None,
+                 embedding_dim: int = EMBEDDING_DIM):
         self.host = host
         self.port = port
         self.model = model
+        self.embedding_dim = embedding_dim  # width of /v1/embeddings vectors when a request sets no `dimensions`
         self._faults = faults or Faults()
         self._rng = random.Random(self._faults.seed)
         self._lock = threading.Lock()
@@ -425,6 +458,7 @@ class FakeOpenAIServer:
             [
                 web.get("/v1/models", self._models),
                 web.post("/v1/chat/completions", self._chat),
+                web.post("/v1/embeddings", self._embeddings),
                 web.post("/admin/faults", self._admin_faults),
                 web.post("/admin/reset", self._admin_reset),
                 web.get("/admin/requests", self._admin_requests),
@@ -474,8 +508,10 @@ class FakeOpenAIServer:
 
     @property
     def requests(self) -> list[dict]:
-        """One dict per chat request: messages, schema_name, schema, max_tokens, fault, status,
-        usage (None unless status 200), reply, authorization, t_start, t_end."""
+        """One dict per request, in arrival order: endpoint ("chat" or "embeddings"), messages,
+        schema_name, schema, max_tokens, fault, status, usage (None unless status 200), reply,
+        authorization, t_start, t_end. An embeddings request has messages [] and adds input,
+        dimensions and encoding_format (its reply: the number of vectors sent)."""
         with self._lock:
             return copy.deepcopy(self._requests)
 
@@ -517,6 +553,7 @@ class FakeOpenAIServer:
         rf = body.get("response_format") or {}
         js = rf.get("json_schema") or {}
         record = {
+            "endpoint": "chat",
             "messages": messages,
             "schema_name": js.get("name"),
             "schema": js.get("schema"),
@@ -607,6 +644,91 @@ class FakeOpenAIServer:
             "completion_tokens": count_tokens(reply),
             "cached_tokens": count_tokens(prefix) if prefix else 0,
         }
+
+    # ---- embeddings ------------------------------------------------------------------------
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            inputs = body["input"]
+        except (ValueError, KeyError, TypeError):
+            return _error(400, "invalid_request_error", "body must be JSON with an input")
+        inputs = [inputs] if isinstance(inputs, str) else inputs
+        if not isinstance(inputs, list) or not inputs or not all(isinstance(t, str) for t in inputs):
+            return _error(400, "invalid_request_error", "input must be a string or a non-empty list of strings (token arrays are not supported here)")
+        if len(inputs) > 2048:
+            return _error(400, "invalid_request_error", f"'$.input' has {len(inputs)} items; at most 2048")
+        if any(t == "" for t in inputs):  # as OpenAI: the whole request is refused
+            return _error(400, "invalid_request_error", "'$.input' is invalid: input cannot be an empty string")
+        dim = body.get("dimensions") or self.embedding_dim
+        if not isinstance(dim, int) or dim <= 0:
+            return _error(400, "invalid_request_error", f"dimensions must be a positive integer, got {dim!r}")
+        fault, faults = self._next_fault()
+        record = {
+            "endpoint": "embeddings",
+            "messages": [],
+            "schema_name": None,
+            "schema": None,
+            "max_tokens": None,
+            "model": body.get("model"),
+            "input": inputs,
+            "dimensions": body.get("dimensions"),
+            "encoding_format": body.get("encoding_format"),
+            "fault": fault,
+            "status": None,
+            "usage": None,
+            "reply": None,
+            "authorization": request.headers.get("Authorization"),
+            "t_start": time.time(),
+            "t_end": None,
+        }
+        with self._lock:
+            self._requests.append(record)
+            self._in_flight += 1
+            self._max_concurrency = max(self._max_concurrency, self._in_flight)
+        try:
+            if faults.latency_s:
+                await asyncio.sleep(faults.latency_s)
+            if fault in ("429", "500", "auth", "hang"):  # the same error replies as chat
+                response = await self._respond(body, [], {}, fault, faults, record)
+            else:
+                response = self._embedding_reply(body, inputs, dim, fault, record)
+            with self._lock:
+                record["status"] = response.status
+            return response
+        except asyncio.CancelledError:  # the client hung up (a hang past its timeout)
+            with self._lock:
+                record["status"] = "client_disconnected"
+            raise
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                record["t_end"] = time.time()
+
+    def _embedding_reply(self, body: dict, inputs: list[str], dim: int, fault: str, record: dict) -> web.Response:
+        as_base64 = body.get("encoding_format") == "base64"  # the openai client's default
+        data = []
+        for i, text in enumerate(inputs):
+            vec = embedding_for(text, dim)
+            value = base64.b64encode(vec.astype("<f4").tobytes()).decode() if as_base64 else [float(x) for x in vec]
+            data.append({"object": "embedding", "index": i, "embedding": value})
+        if fault == "invalid":  # one vector short: a client must notice, not shift rows
+            data = data[:-1]
+        # out of order on purpose (reversed): a client must place vectors by `index`
+        data.reverse()
+        usage = {"prompt_tokens": sum(count_tokens(t) for t in inputs), "completion_tokens": 0, "cached_tokens": 0}
+        with self._lock:
+            record["usage"] = usage
+            record["reply"] = len(data)
+        payload = {
+            "object": "list",
+            "data": data,
+            "model": body.get("model") or self.model,
+            "usage": {"prompt_tokens": usage["prompt_tokens"], "total_tokens": usage["prompt_tokens"]},
+        }
+        if fault == "truncate":  # a body cut off mid-way (a proxy dropping the connection)
+            text = json.dumps(payload)
+            return web.Response(text=text[: len(text) // 2], content_type="application/json")
+        return web.json_response(payload)
 
     # ---- admin (for a server in another process) --------------------------------------------
     async def _admin_faults(self, request: web.Request) -> web.Response:
