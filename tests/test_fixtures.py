@@ -64,6 +64,6 @@ def test_longmemeval_fixture_is_one_small_instance():
 
 def test_fixture_folder_holds_what_its_readme_lists():
     names = {p.name for p in FIXTURES.iterdir() if not p.name.startswith((".", "__"))}
-    assert names == {"README.md", "make_fixtures.py", "locomo_fixture.json", "longmemeval_fixture.json"}
+    assert names == {"README.md", "make_fixtures.py", "locomo_fixture.json", "longmemeval_fixture.json", "formats"}
     readme = (FIXTURES / "README.md").read_text()
     assert "CC BY-NC 4.0" in readme and "snap-research/locomo" in readme

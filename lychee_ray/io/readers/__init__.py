@@ -1,11 +1,22 @@
 """Stage 1, read: turn conversation archives into `Conversation` objects, one per conversation.
 
-Sources (detected from the content, not the file name), one module each:
+Sources (detected from the content, not the file name: `files._detect_object`), one module each:
+- `chatgpt`: a ChatGPT data export (`conversations.json`: a list of {title, mapping: {node_id:
+  {message, parent, children}}, current_node, conversation_id|id}); the branch ending at
+  current_node is read, message create_time (epoch) is the turn's UTC time;
 - `locomo`: LoCoMo JSON (a list of {sample_id, conversation: {speaker_a, session_<N>, ...}, qa});
 - `longmemeval`: LongMemEval JSON (a list of {question_id, haystack_sessions, haystack_dates, ...});
-- `chat`: generic chat JSONL/JSON ({conversation_id, turns: [{role|speaker, content|text,
-  timestamp?}]});
+- `chat`: generic chat JSONL/JSON ({conversation_id, turns|messages: [{role|speaker,
+  content|text, timestamp?}]}), which covers OpenAI chat / fine-tuning JSONL ({messages: [{role,
+  content: text or a list of parts}]});
+- `sharegpt`: ShareGPT JSON/JSONL ({id, conversations: [{from: human|gpt|system|..., value}]});
 - `turns`: turn-level JSONL or Parquet (one turn per row with a conversation_id), grouped per file.
+Every reader takes (object, `common.Source`, config). A conversation the source gives no id gets
+`common.anon_id`: a hash of the file's path relative to the input root, the line or item, and the
+object's content, so the same file read twice agrees and two folders never collide. System
+prompts, tool traffic and (ChatGPT) other branches are no turns: each one skipped is an errors row
+naming it (`skipped_system`, `skipped_tool`, `skipped_no_text`, `off_branch`), so a source's
+turns add up to stored turns + skipped rows.
 `files` lists the input files (every file under a folder, except a lychee-ray store inside it)
 and dispatches each object of a file to its reader; `decode` turns a file's bytes into parseable
 text by content (gzip/zstd, Parquet magic, lenient UTF-8, JSON of any depth); `common` holds what

@@ -9,6 +9,7 @@ conversation, which is how bad input reaches the `errors` table instead of stopp
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 from lychee_ray.config import ReadConfig
 from lychee_ray.dates import parse_source_datetime
 from lychee_ray.schemas import Conversation, Turn
-from lychee_ray.tokens import count_tokens, o200k
+from lychee_ray.tokens import TokenCounter, token_counter
 
 log = logging.getLogger(__name__)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -50,6 +51,34 @@ class ErrorEntry:
         }
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where one parsed object comes from, which every reader receives: the file as named
+    (messages, `source_file`), its key (`source_key`: the path relative to the input root, which
+    ids are built from) and its line (JSON Lines) or 1-based item (a JSON document)."""
+
+    path: str
+    key: str
+    where: int
+
+
+# Roles that are no turn of the conversation: instructions and tool traffic. ShareGPT and the
+# ChatGPT export skip them always; the generic chat reader only when they hold no text (an empty
+# system prompt, an assistant tool call). Each skip is an errors row naming the turn, so the
+# input's turns still add up: stored turns + skipped rows.
+SKIPPED_ROLES = {
+    "system": "skipped_system",
+    "developer": "skipped_system",
+    "tool": "skipped_tool",
+    "function": "skipped_tool",
+    "function_call": "skipped_tool",
+    "function_response": "skipped_tool",
+    "observation": "skipped_tool",
+    "ipython": "skipped_tool",
+}
+SKIP_KINDS = ("skipped_system", "skipped_tool", "skipped_no_text", "off_branch")
+
+
 @dataclass
 class Recorder:
     """Where a reader is (file, item, conversation) and the list its problems go to, so each
@@ -67,19 +96,35 @@ class Recorder:
 # --------------------------------------------------------------------------------------------
 # Shared validation
 # --------------------------------------------------------------------------------------------
-def conversation_id(raw, path: str, where: int) -> str:
+def conversation_id(raw, src: Source, content) -> str:
+    """`raw` as the id; without one, `anon_id(src, content)`."""
     text = scalar_text(raw)  # a list or dict is no name (and str() of a deeply nested one can fail)
     if text is None or text == "None":
-        # No id in the source: derive a stable one from the location so reruns agree.
-        return "anon-" + hashlib.sha1(f"{os.path.basename(path)}:{where}".encode()).hexdigest()[:12]
+        return anon_id(src, content)
     return text
 
 
-def checked_conversation_id(raw, field: str, path: str, where: int, errors: list[ErrorEntry]) -> str:
-    """`conversation_id`, recording an id of the wrong type (a list, a dict) that had to be replaced."""
-    cid = conversation_id(raw, path, where)
+def anon_id(src: Source, content) -> str:
+    """The id of a conversation the source names no id for: a hash of the file's key (its path
+    relative to the input root: `day1/chat.jsonl` and `day2/chat.jsonl` differ), the line or item,
+    and the content (canonical JSON). Reruns agree; an edited conversation gets a new id, so a
+    store that skips ids it holds never mistakes it for the old one."""
+    try:
+        canonical = json.dumps(content, sort_keys=True, default=str)  # ASCII: lone surrogates escaped
+    except (RecursionError, ValueError, TypeError):  # nested near the parser's limit: place only
+        canonical = ""
+    digest = hashlib.sha1(canonical.encode()).hexdigest()
+    # 16 hex digits (64 bits): a fine-tuning set can hold millions of anonymous conversations
+    return "anon-" + hashlib.sha1(f"{src.key}:{src.where}:{digest}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def checked_conversation_id(obj: dict, field: str, src: Source, errors: list[ErrorEntry]) -> str:
+    """The id in `obj[field]` (`conversation_id`, anonymous from `src` and `obj` when absent),
+    recording an id of the wrong type (a list, a dict) that had to be replaced."""
+    raw = obj.get(field)
+    cid = conversation_id(raw, src, obj)
     if raw is not None and not isinstance(raw, str) and scalar_text(raw) is None:
-        errors.append(ErrorEntry(path, where, field, "bad_field", f"{path}:{where}: field '{field}' is a {type(raw).__name__}, not a string; the conversation is read as {cid}"))
+        errors.append(ErrorEntry(src.path, src.where, field, "bad_field", f"{src.path}:{src.where}: field '{field}' is a {type(raw).__name__}, not a string; the conversation is read as {cid}"))
     return cid
 
 
@@ -113,7 +158,9 @@ def source_key(path: str, root: str | None = None) -> str:
 
 def validated_turns(raw_turns: list[dict], cid: str, path: str, where: int, errors: list[ErrorEntry], cfg: ReadConfig) -> list[Turn]:
     """Check each turn's fields, split oversized ones, and make turn ids unique. Keeps every turn
-    that has text; a turn with no text is recorded in `errors` (there is nothing to keep)."""
+    that has text; a turn with no text is recorded in `errors` (there is nothing to keep). A raw
+    turn may carry markers: `bad` (not an object), `skip` (an errors kind from SKIP_KINDS, with
+    `why`: the turn is no turn of the conversation) and `dropped` (the types of its non-text parts)."""
     turns: list[Turn] = []
     seen_ids: set[str] = set()
     for k, rt in enumerate(raw_turns):
@@ -123,9 +170,16 @@ def validated_turns(raw_turns: list[dict], cid: str, path: str, where: int, erro
         if rt.get("bad"):
             errors.append(ErrorEntry(path, line, fld, "bad_turn", f"{path}:{line}: {cid}: {fld} is a {rt.get('bad_type', 'value')}, not an object; turn skipped", cid))
             continue
-        if text is None or not isinstance(text, str) or not text.strip():
-            errors.append(ErrorEntry(path, line, f"{fld}.text", "missing_field", f"{path}:{line}: {cid}: {fld} has {_text_problem(text)}; turn skipped", cid))
+        if rt.get("skip"):  # a system prompt, tool traffic, a node with no text: no turn, but counted
+            errors.append(ErrorEntry(path, line, fld, rt["skip"], f"{path}:{line}: {cid}: {fld} {rt.get('why', 'is no turn')}; skipped", cid))
             continue
+        dropped = rt.get("dropped") or []  # non-text parts (images, audio) of the message
+        if text is None or not isinstance(text, str) or not text.strip():
+            problem = f"no text, only non-text parts ({short(sorted(set(dropped)))})" if dropped and text is None else _text_problem(text)
+            errors.append(ErrorEntry(path, line, f"{fld}.text", "missing_field", f"{path}:{line}: {cid}: {fld} has {problem}; turn skipped", cid))
+            continue
+        if dropped:
+            errors.append(ErrorEntry(path, line, f"{fld}.content", "non_text_content", f"{path}:{line}: {cid}: {fld} holds {len(dropped)} non-text part(s) ({short(sorted(set(dropped)))}); only its text is read", cid))
         speaker = scalar_text(rt.get("speaker"))
         if not speaker:
             errors.append(ErrorEntry(path, line, f"{fld}.speaker", "missing_field", f"{path}:{line}: {cid}: {fld} has no speaker; kept as 'unknown'", cid))
@@ -133,7 +187,7 @@ def validated_turns(raw_turns: list[dict], cid: str, path: str, where: int, erro
         session_id = scalar_text(rt.get("session_id")) or "session_1"
         turn_id = _unique_turn_id(scalar_text(rt.get("turn_id")) or f"{session_id}:{k + 1}", k, seen_ids, fld, cid, path, line, errors)
         timestamp = _checked_timestamp(rt.get("timestamp"), f"{fld}.timestamp", cid, path, line, errors)
-        for part_no, part in enumerate(_split_oversized(text, cfg.max_turn_tokens)):
+        for part_no, part in enumerate(_split_oversized(text, cfg.max_turn_tokens, token_counter(cfg.tokenizer))):
             pid = turn_id if part_no == 0 else f"{turn_id}#p{part_no + 1}"
             if part_no == 1:
                 errors.append(ErrorEntry(path, line, f"{fld}.text", "turn_split", f"{cid}: turn {turn_id} exceeds {cfg.max_turn_tokens} tokens; split into parts {turn_id}, {turn_id}#p2, ...", cid))
@@ -199,31 +253,41 @@ def _stamp_text(value) -> str | datetime | None:
     return None
 
 
-def _split_oversized(text: str, max_tokens: int) -> list[str]:
-    """Split a too-long turn at sentence boundaries (hard-cut sentences that are longer still)."""
-    if count_tokens(text) <= max_tokens:
+def _split_oversized(text: str, max_tokens: int, counter: TokenCounter) -> list[str]:
+    """Split a too-long turn at sentence boundaries (hard-cut sentences that are longer still),
+    counting with the tokenizer the segmenter's cap counts with."""
+    if counter.count(text) <= max_tokens:
         return [text]
-
-    enc = o200k()
     parts, current = [], []
     current_tokens = 0
     for sentence in _SENTENCE_END.split(text):
-        ids = enc.encode_ordinary(sentence)
-        while len(ids) > max_tokens:  # a single sentence above the cap
-            if current:
-                parts.append(" ".join(current))
-                current, current_tokens = [], 0
-            parts.append(enc.decode(ids[:max_tokens]))
-            ids = ids[max_tokens:]
-            sentence = enc.decode(ids)
-        if current_tokens + len(ids) > max_tokens and current:
+        *heads, sentence = _hard_cut(sentence, max_tokens, counter)
+        if heads and current:
+            parts.append(" ".join(current))
+            current, current_tokens = [], 0
+        parts.extend(heads)
+        n = counter.count(sentence)
+        if current_tokens + n > max_tokens and current:
             parts.append(" ".join(current))
             current, current_tokens = [], 0
         current.append(sentence)
-        current_tokens += len(ids) + 1
+        current_tokens += n + 1  # the joining space
     if current:
         parts.append(" ".join(current))
     return [p for p in parts if p.strip()]
+
+
+def _hard_cut(sentence: str, max_tokens: int, counter: TokenCounter) -> list[str]:
+    """A sentence over the cap as pieces of at most `max_tokens`, the rest last. Pieces are
+    prefixes of the text itself: a decoded token prefix can end inside a multi-byte character,
+    so only what it shares with the original is taken (at least one character: always moves)."""
+    pieces = []
+    while counter.count(sentence) > max_tokens:
+        head = counter.truncate(sentence, max_tokens)
+        k = len(os.path.commonprefix([head, sentence])) or 1
+        pieces.append(sentence[:k])
+        sentence = sentence[k:]
+    return [*pieces, sentence]
 
 
 def finish(conv: Conversation, errors: list[ErrorEntry]) -> Conversation:

@@ -24,9 +24,11 @@ from pathlib import Path
 
 from lychee_ray.config import ReadConfig
 from lychee_ray.io.readers.chat import read_chat
+from lychee_ray.io.readers.chatgpt import is_chatgpt_export, read_chatgpt
 from lychee_ray.io.readers.common import (
     ErrorEntry,
     InputError,
+    Source,
     error_conversation,
     scalar_text,
     short,
@@ -45,11 +47,13 @@ from lychee_ray.io.readers.decode import (
 )
 from lychee_ray.io.readers.locomo import read_locomo
 from lychee_ray.io.readers.longmemeval import read_longmemeval
+from lychee_ray.io.readers.sharegpt import is_sharegpt, read_sharegpt
 from lychee_ray.io.readers.turns import conversation_from_turn_rows, read_turn_parquet
 from lychee_ray.schemas import MANIFEST, STORE_FORMAT, Conversation
 
 log = logging.getLogger(__name__)
-
+# `_detect_object`'s kinds; every reader takes (the object, its `Source`, the read config)
+READERS = {"chatgpt": read_chatgpt, "locomo": read_locomo, "longmemeval": read_longmemeval, "chat": read_chat, "sharegpt": read_sharegpt}
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,15 +248,14 @@ class _FileReader:
             elif kind is None:
                 yield self.error(where, None, "unknown_format", f"{self.place(where)}: object with keys {short(sorted(obj)[:8])} is not a known conversation or turn format")
             else:
-                reader = {"locomo": read_locomo, "longmemeval": read_longmemeval, "chat": read_chat}[kind]
-                yield self.claim(reader(obj, self.path, where, self.cfg), where)
+                yield self.claim(READERS[kind](obj, Source(self.path, self.key, where), self.cfg), where)
         except Exception as exc:  # a reader bug or a shape we did not foresee: record, go on
             log.exception("reading %s failed", self.place(where))
             yield self.error(where, None, "reader_error", f"{self.place(where)}: {type(exc).__name__}: {short(str(exc))}")
 
     def _turn_conversations(self, turn_rows: dict) -> Iterator[Conversation]:
         for cid, rows in turn_rows.items():
-            yield self.claim(conversation_from_turn_rows(cid, rows, self.path, "turns", self.cfg), rows[0][0])
+            yield self.claim(conversation_from_turn_rows(cid, rows, Source(self.path, self.key, rows[0][0]), self.cfg), rows[0][0])
 
     def _too_deep(self, text: str, cuts: list[int], lineno: int | None = None) -> Iterator[Conversation]:
         """One error row per line where values were cut to null (the rest of the value is read)."""
@@ -281,12 +284,19 @@ class _FileReader:
 
 
 def _detect_object(obj: dict) -> str | None:
+    """The format of one object, from its keys; the order matters: a ChatGPT export item holds
+    a `conversation_id` (a turn row's key) beside its `mapping`, and ShareGPT's `conversations`
+    is a list where LoCoMo's `conversation` is an object."""
+    if is_chatgpt_export(obj):
+        return "chatgpt"
     if isinstance(obj.get("conversation"), dict) and "speaker_a" in obj["conversation"]:
         return "locomo"
     if "haystack_sessions" in obj:
         return "longmemeval"
     if "turns" in obj or "messages" in obj:
         return "chat"
+    if is_sharegpt(obj):
+        return "sharegpt"
     if "conversation_id" in obj and any(k in obj for k in ("text", "content", "speaker", "role")):
         return "turn"
     return None

@@ -21,6 +21,7 @@ from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import (
     ErrorEntry,
     Recorder,
+    Source,
     as_list,
     checked_conversation_id,
     finish,
@@ -37,18 +38,18 @@ _SESSION_KEY = re.compile(r"session_(\d+)")
 # --------------------------------------------------------------------------------------------
 # LoCoMo
 # --------------------------------------------------------------------------------------------
-def read_locomo(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conversation:
+def read_locomo(obj: dict, src: Source, cfg: ReadConfig) -> Conversation:
     errors: list[ErrorEntry] = []
-    cid = checked_conversation_id(obj.get("sample_id"), "sample_id", path, where, errors)
-    rec = Recorder(path, where, cid, errors)
-    conv = Conversation(conversation_id=cid, source="locomo", source_file=path)
+    cid = checked_conversation_id(obj, "sample_id", src, errors)
+    rec = Recorder(src.path, src.where, cid, errors)
+    conv = Conversation(conversation_id=cid, source="locomo", source_file=src.path)
     body = obj["conversation"]
     raw_turns, dates = [], {}
     for n in sorted(int(m.group(1)) for k in body if (m := _SESSION_KEY.fullmatch(k))):
         dates[n] = _session_date(body, n, rec)
         session = as_list(body[f"session_{n}"], f"conversation.session_{n}", rec)
         raw_turns += [_locomo_turn(t, n, k, dates[n], body, cfg) for k, t in enumerate(session, start=1)]
-    conv.turns = validated_turns(raw_turns, cid, path, where, errors, cfg)
+    conv.turns = validated_turns(raw_turns, cid, src.path, src.where, errors, cfg)
     qa = as_list(obj.get("qa"), "qa", rec)
     question_date = _question_date(conv.turns, dates, len(qa), rec)
     conv.questions = [q for i, item in enumerate(qa) if (q := _locomo_question(cid, i, item, question_date, rec))]

@@ -24,6 +24,7 @@ from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import (
     ErrorEntry,
     Recorder,
+    Source,
     as_list,
     checked_conversation_id,
     finish,
@@ -37,11 +38,11 @@ from lychee_ray.schemas import Conversation, Question
 # --------------------------------------------------------------------------------------------
 # LongMemEval
 # --------------------------------------------------------------------------------------------
-def read_longmemeval(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conversation:
+def read_longmemeval(obj: dict, src: Source, cfg: ReadConfig) -> Conversation:
     errors: list[ErrorEntry] = []
-    cid = checked_conversation_id(obj.get("question_id"), "question_id", path, where, errors)
-    rec = Recorder(path, where, cid, errors)
-    conv = Conversation(conversation_id=cid, source="longmemeval", source_file=path)
+    cid = checked_conversation_id(obj, "question_id", src, errors)
+    rec = Recorder(src.path, src.where, cid, errors)
+    conv = Conversation(conversation_id=cid, source="longmemeval", source_file=src.path)
     session_ids = as_list(obj.get("haystack_session_ids"), "haystack_session_ids", rec)
     dates = as_list(obj.get("haystack_dates"), "haystack_dates", rec)
     sessions = as_list(obj.get("haystack_sessions"), "haystack_sessions", rec)
@@ -51,7 +52,7 @@ def read_longmemeval(obj: dict, path: str, where: int, cfg: ReadConfig) -> Conve
         source_sid = scalar_text(session_ids[s_idx]) if s_idx < len(session_ids) else None
         turns = as_list(sessions[s_idx], f"haystack_sessions[{s_idx}]", rec)
         raw_turns += [_lme_turn(t, f"s{rank}", source_sid, s_idx, k, stamps[s_idx]) for k, t in enumerate(turns, start=1)]
-    conv.turns = validated_turns(raw_turns, cid, path, where, errors, cfg)
+    conv.turns = validated_turns(raw_turns, cid, src.path, src.where, errors, cfg)
     question_id = scalar_text(obj.get("question_id")) or cid
     conv.questions = [
         Question(
