@@ -134,6 +134,8 @@ def cmd_query(args, cfg) -> int:
         lines.append(f"{i}. [{item.type or 'raw turn'}] {item.text}")
         if item.time:
             lines.append(f"   time: {item.time}")
+        if item.said:
+            lines.append(f"   said: {item.said}")
         if item.entities:
             lines.append(f"   entities: {', '.join(item.entities)}")
         lines.append(f"   sources: {', '.join(item.source_turn_ids)} (score {item.score:.4f})")

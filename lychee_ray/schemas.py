@@ -14,7 +14,7 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: records.stated_at; 2: LongMemEval sessions renamed s1, s2, ... in date order
 # How a folder is recognised as a store: its manifest file and the format tag in it. Here, in the
 # core, because the store writes them and the input listing (io, below store) must skip a store.
 STORE_FORMAT = "lychee-ray-store"
@@ -313,6 +313,7 @@ def table_schemas(dim: int) -> dict[str, pa.Schema]:
                 ("time_end", pa.date32()),
                 ("time_granularity", pa.string()),
                 ("time_expression", pa.string()),
+                ("stated_at", pa.date32()),  # the day it was said: its last source turn's date
                 ("source_turn_ids", strs),
                 ("backend", pa.string()),
                 ("degraded", pa.bool_()),

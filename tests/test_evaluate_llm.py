@@ -19,6 +19,7 @@ import pytest
 
 from lychee_ray.config import load_config
 from lychee_ray.schemas import QueryPlan
+from lychee_ray.tokens import count_tokens
 from tests.support.locomo_cut import cut_locomo
 
 from .conftest import LOCOMO_PATH, REPO
@@ -66,6 +67,19 @@ def requests_by_question(server) -> dict[tuple[str, str], list[dict]]:
     return out
 
 
+_EVIDENCE_LINE = re.compile(r"^- \[(\w+)( \| (said )?[\d.-]+)?( \| src [^\]]+)?\] \S")
+
+
+def context_section(request) -> str:
+    user = request["messages"][1]["content"]
+    return re.search(r"Memories:\n(.*?\n)(?:Question date|Current date): ", user, re.S).group(1)
+
+
+def _when(line: str) -> str:
+    m = re.match(r"- \[\w+ \| (?:said )?([\d-]{10})", line)
+    return m.group(1) if m else "~"
+
+
 def answers_rows(out_dir) -> list[dict]:
     rel = duckdb.read_parquet(f"{out_dir}/answers/*.parquet")
     return [dict(zip(rel.columns, r)) for r in rel.fetchall()]
@@ -90,6 +104,15 @@ def test_plan_answer_judge_go_through_the_llm_and_land_in_answers(store_dir, fak
         # The answer is the model's reply, and its prompt carried the retrieved evidence.
         assert row["prediction"] == json.loads(answer_req["reply"])["answer"] != ""
         assert "Memories:\n- " in answer_req["messages"][1]["content"] and row["context_tokens"] > 0
+        # The budget was charged on exactly the context section the model got.
+        section = context_section(answer_req)
+        assert count_tokens(section) == row["context_tokens"]
+        lines = section.rstrip("\n").split("\n")
+        assert len(lines) == len(set(row["retrieved_record_ids"])) + sum(1 for ln in lines if ln.startswith("- [turn |"))
+        assert all(_EVIDENCE_LINE.match(ln) for ln in lines), lines
+        whens = [_when(ln) for ln in lines]
+        assert whens == sorted(whens), "evidence reaches the prompt in time order"
+        assert any(" | said " in ln or re.match(r"- \[\w+ \| \d{4}-", ln) for ln in lines), "items carry a time"
         assert f"Generated answer: {row['prediction']}" in judge_req["messages"][1]["content"]
         assert row["judge_label"] == json.loads(judge_req["reply"])["label"]
         u_plan, u_answer, u_judge = plan_req["usage"], answer_req["usage"], judge_req["usage"]

@@ -6,10 +6,13 @@ import json
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lychee_ray.llm.prompts import (
     ANSWER_SYSTEM,
     BENCHMARKS,
+    EvidenceItem,
     LONGMEMEVAL_TYPES,
     PLAN_SYSTEM,
     answer_messages,
@@ -141,10 +144,38 @@ def test_answer_prompts_follow_benchmark_conventions():
         answer_messages("squad", "q", None, "- m")
 
 
-def test_format_evidence():
-    block = format_evidence([("2023-05-08", "Caroline went to a\nsupport group."), (None, "Mel paints.")])
-    assert block == "- [2023-05-08] Caroline went to a support group.\n- Mel paints."
-    assert format_evidence([]) == "(no memories found)"
+def test_format_evidence_shows_type_time_and_sources_in_time_order():
+    items = [
+        EvidenceItem("Mel paints.", "preference", None, "2023-06-02", ("D4:1",)),
+        EvidenceItem("Caroline went to a\nsupport group.", "event", "2023-05-07", "2023-05-08", ("D1:3", "D1:4")),
+        EvidenceItem("Jon: hi there", None, None, None, ("D9:1",)),
+    ]
+    block = format_evidence(items)
+    assert block == (
+        "- [event | 2023-05-07 | src D1:3,D1:4] Caroline went to a support group.\n"
+        "- [preference | said 2023-06-02 | src D4:1] Mel paints.\n"
+        "- [turn | src D9:1] Jon: hi there\n"
+    )
+    assert format_evidence([]) == "(no memories found)\n"
+
+
+def test_evidence_sources_are_capped():
+    line = EvidenceItem("x", "fact", sources=tuple(f"D1:{k}" for k in range(9))).line()
+    assert "src D1:0,D1:1,D1:2,D1:3]" in line
+
+
+_line_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_line_text, st.sampled_from([None, "fact", "event"]), st.sampled_from([None, "2023-05-07", "2023-05-07..2023-06-01"]),
+                          st.sampled_from([None, "2023-05-08"])), max_size=6))
+def test_block_tokens_are_the_sum_of_line_tokens(raw):
+    """The budget charges each item the tokens of its line; the context section sent must cost
+    exactly their sum (o200k splits at every line start), whatever the texts hold."""
+    items = [EvidenceItem(text, typ, time, said, ("D1:1",)) for text, typ, time, said in raw]
+    if items:
+        assert count_tokens(format_evidence(items)) == sum(count_tokens(e.line()) for e in items)
 
 
 # ------------------------------------------------------------------------------------ planner

@@ -221,12 +221,13 @@ def test_mmr_selection_fills_but_never_exceeds_the_token_budget(store, embedder,
     result = r.retrieve(CID, plan, question, budget=budget)
     assert result.selected and result.context_tokens <= budget
     for ev in result.selected:
-        assert ev.tokens == count_tokens(ev.render()) + 1
+        assert ev.tokens == count_tokens(ev.render())  # its line, newline included
     left = budget - result.context_tokens
     chosen = {e.key for e in result.selected}
     assert all(result.candidates[k].tokens > left for k, _ in result.fused if k not in chosen)  # nothing more fits
     assert len(chosen) == len(result.selected)
-    assert result.context_text.count("\n") == len(result.selected) - 1
+    assert result.context_text.count("\n") == len(result.selected)
+    assert count_tokens(result.context_text) == result.context_tokens  # charged = sent
 
 
 def test_mmr_selection_is_mmr_over_the_fused_pool_and_changes_what_plain_top_k_takes(store, embedder):

@@ -50,12 +50,12 @@ from lychee_ray.ingest.segment import (
     segments_from_bounds,
 )
 from lychee_ray.io.readers.files import iter_conversations, list_input_files
-from lychee_ray.llm.prompts import answer_messages, format_evidence, plan_messages
+from lychee_ray.llm.prompts import EvidenceItem, answer_messages, format_evidence, plan_messages
 from lychee_ray.query.retrieve import baseline_turns, entity_names
 from lychee_ray.schemas import Conversation
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.writer import StoreWriter, finalize_manifest, prepare_output
-from lychee_ray.tokens import count_tokens
+from lychee_ray.tokens import count_tokens, token_counter
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +185,11 @@ def segment_all(convs: list[Conversation], cfg: LycheeConfig, matched: Segmentat
     start = time.perf_counter()
     out = copy.deepcopy(convs)
     if matched is None:
-        SegmentStage(cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges).process_batch(out)
+        SegmentStage(cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges, cfg.tokenizer_spec).process_batch(out)
     else:
         calls = {c.conversation_id: len(c.segments) for c in matched.convs}
         for conv in out:
-            ex_tokens = capped_exchange_tokens(conv, cfg.segmenter.token_cap)
+            ex_tokens = capped_exchange_tokens(conv, cfg.segmenter.token_cap, token_counter(cfg.tokenizer_spec))
             bounds = balanced_windows(len(conv.exchanges), calls[conv.conversation_id])
             conv.segments = segments_from_bounds(conv.exchanges, ex_tokens, bounds)
     return Segmentation(key, out, time.perf_counter() - start)
@@ -272,8 +272,8 @@ def fill_naive_rag(items: list, store, cfg: LycheeConfig, embedder: CountingEmbe
     budget = cfg.retrieval.context_token_budget
     qvecs = embedder.encode([i.question for i in items])
     for item, qv in zip(items, qvecs):
-        sel = baseline_turns(store, "naive_rag", item.conversation_id, item.question, qv, budget)
-        item.evidence = [(e.time, e.text) for e in sel]
+        sel = baseline_turns(store, "naive_rag", item.conversation_id, item.question, qv, budget, count=token_counter(cfg.tokenizer_spec).count)
+        item.evidence = [e.prompt_item() for e in sel]
         item.retrieved_turn_ids = [e.source_turn_ids[0] for e in sel]
         item.context_tokens = sum(e.tokens for e in sel)
 
@@ -282,16 +282,17 @@ def fill_full_context(items: list, store, cfg: LycheeConfig, context_tokens: int
     """The whole conversation as evidence, in order; when it does not fit the model's context
     (minus the prompt and the answer), the oldest turns are dropped and the cut is counted."""
 
-    by_conv: dict[str, tuple[list[tuple[str | None, str]], list[str], list[int]]] = {}
+    count = token_counter(cfg.tokenizer_spec).count  # the model's context is in its own tokens
+    by_conv: dict[str, tuple[list[EvidenceItem], list[str], list[int]]] = {}
     for item in items:
         cid = item.conversation_id
         if cid not in by_conv:
             turns = store.turns(cid)
-            evidence = [(str(t["timestamp"])[:10] if t.get("timestamp") is not None else None, f"{t['speaker']}: {t['text']}") for t in turns]
-            costs = [count_tokens(format_evidence([e])) + 1 for e in evidence]
+            evidence = [_turn_item(t) for t in turns]
+            costs = [count(e.line()) for e in evidence]
             by_conv[cid] = (evidence, [t["turn_id"] for t in turns], costs)
         evidence, turn_ids, costs = by_conv[cid]
-        frame = sum(count_tokens(m["content"]) for m in answer_messages(item.benchmark, item.question, item.question_date, ""))
+        frame = sum(count(m["content"]) for m in answer_messages(item.benchmark, item.question, item.question_date, ""))
         room = context_tokens - frame - cfg.evaluate.max_answer_tokens
         keep = len(costs)
         used = 0
@@ -306,6 +307,11 @@ def fill_full_context(items: list, store, cfg: LycheeConfig, context_tokens: int
         item.context_tokens = used
         item.dropped_turns = first
         item.dropped_tokens = sum(costs[:first])
+
+
+def _turn_item(turn: dict) -> EvidenceItem:
+    ts = turn.get("timestamp")
+    return EvidenceItem(f"{turn['speaker']}: {turn['text']}", said=str(ts)[:10] if ts is not None else None, sources=(turn["turn_id"],))
 
 
 def estimate_query_tokens(items: list, store, with_plan: bool) -> None:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.llm.client import Usage
+from lychee_ray.llm.prompts import EvidenceItem
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class QAItem:
     seconds: dict[str, float] = field(default_factory=dict)  # per stage name
     plan_json: str | None = None
     plan: object = None
-    evidence: list[tuple[str | None, str]] = field(default_factory=list)
+    evidence: list[EvidenceItem] = field(default_factory=list)  # as the answer prompt shows them
     retrieved_record_ids: list[str] = field(default_factory=list)
     retrieved_turn_ids: list[str] = field(default_factory=list)
     context_tokens: int = 0

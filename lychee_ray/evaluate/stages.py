@@ -21,6 +21,7 @@ from lychee_ray.rules.answerer import extractive_answer
 from lychee_ray.runtime.stage import AsyncStage, Resources, Stage
 from lychee_ray.schemas import JudgeOutput
 from lychee_ray.store.reader import open_store
+from lychee_ray.tokens import token_counter
 
 
 def _client(cfg: LycheeConfig):
@@ -84,7 +85,8 @@ class RetrieveStage(Stage[QAItem]):
         reranker = None
         if self.cfg.retrieval.rerank.enabled:
             reranker = CrossEncoderReranker(self.cfg.retrieval.rerank)
-        self.retriever = Retriever(self.store, self.cfg.retrieval, self.embedder.encode, reranker)
+        self.count = token_counter(self.cfg.tokenizer_spec).count  # budgets in the served model's tokens
+        self.retriever = Retriever(self.store, self.cfg.retrieval, self.embedder.encode, reranker, self.count)
         counts = self.store.con.execute("select conversation_id, count(*) from records group by 1").fetchall()
         self.record_counts = dict(counts)
 
@@ -93,7 +95,7 @@ class RetrieveStage(Stage[QAItem]):
             raise LookupError(f"the store has no records for conversation {item.conversation_id!r}")
         budgets = self.cfg.evaluate.recall_budgets
         result = self.retriever.retrieve(item.conversation_id, item.plan, item.question)
-        item.evidence = [(e.time, e.text if e.kind == "turn" else e.text) for e in result.selected]
+        item.evidence = [e.prompt_item() for e in result.selected]
         item.retrieved_record_ids = [e.key for e in result.selected if e.kind == "record"]
         item.retrieved_turn_ids = result.source_turn_ids
         item.context_tokens = result.context_tokens
@@ -106,13 +108,13 @@ class RetrieveStage(Stage[QAItem]):
         for name in self.cfg.evaluate.baselines:
             curve, main = [], None
             for b in budgets:
-                sel = baseline_turns(self.store, name, item.conversation_id, item.question, qv, b)
+                sel = baseline_turns(self.store, name, item.conversation_id, item.question, qv, b, count=self.count)
                 curve.append(evidence_recall(item.evidence_turn_ids, [e.source_turn_ids[0] for e in sel]))
-            main = baseline_turns(self.store, name, item.conversation_id, item.question, qv, self.cfg.retrieval.context_token_budget)
+            main = baseline_turns(self.store, name, item.conversation_id, item.question, qv, self.cfg.retrieval.context_token_budget, count=self.count)
             item.baselines[name] = {
                 "recall_curve": curve,
                 "recall": evidence_recall(item.evidence_turn_ids, [e.source_turn_ids[0] for e in main]),
-                "evidence": [(e.time, e.text) for e in main],
+                "evidence": [e.prompt_item() for e in main],
             }
 
     def process_batch(self, items):
@@ -153,7 +155,7 @@ class AnswerStage(AsyncStage[QAItem]):
             # Baselines answered the same way (extractive), free under rules.
 
             for b in item.baselines.values():
-                b["prediction"] = extractive_answer(item.question, [t for _, t in b["evidence"]])
+                b["prediction"] = extractive_answer(item.question, [e.text for e in b["evidence"]])
 
 
 class JudgeStage(AsyncStage[QAItem]):

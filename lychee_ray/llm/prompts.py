@@ -21,6 +21,7 @@ Judges:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from lychee_ray.schemas import (
     Turn,
@@ -144,14 +145,51 @@ Return JSON: {"answer": "..."}""",
 }
 
 
-def format_evidence(items: Sequence[tuple[str | None, str]]) -> str:
-    """[(date or None, text), ...] -> one memory per line, "- [date] text", in the given order.
-    Newlines inside a text are flattened so that each memory stays one line."""
-    lines = []
-    for date, text in items:
-        flat = " ".join(str(text).split())
-        lines.append(f"- [{date}] {flat}" if date else f"- {flat}")
-    return "\n".join(lines) if lines else "(no memories found)"
+@dataclass(frozen=True)
+class EvidenceItem:
+    """One memory as the answer prompt shows it: its type, its time and its source turns, as
+    the paper serialises evidence. `time` is the event's normalized time ("2023-05-07" or
+    "start..end"); `said` is the day it was said (the record's `stated_at`, or the turn's day),
+    shown when there is no event time so that "the most recent memory" can still be told."""
+
+    text: str
+    type: str | None = None  # record type; None for a raw turn
+    time: str | None = None
+    said: str | None = None
+    sources: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """`- [type | time | src ids] text` and its newline. Each line ends in "\n" and the
+        next begins with "- ", where o200k's pre-tokenizer always splits, so the tokens of a
+        block are the sum of its lines' tokens: the budget is charged on exactly what is sent."""
+        meta = [self.type or "turn"]
+        if self.time:
+            meta.append(self.time)
+        elif self.said:
+            meta.append(f"said {self.said}")
+        if self.sources:
+            meta.append("src " + ",".join(self.sources[:MAX_SOURCES_SHOWN]))
+        flat = " ".join(str(self.text).split())  # one memory, one line
+        return f"- [{' | '.join(meta)}] {flat}\n"
+
+    @property
+    def when(self) -> str:
+        """The sort key of time order: event time, else the day said; undated items last."""
+        return self.time or self.said or "~"
+
+
+MAX_SOURCES_SHOWN = 4  # provenance, not a dump: long multi-turn records cite many turns
+NO_MEMORIES = "(no memories found)\n"
+
+
+def in_time_order(items: Iterable[EvidenceItem]) -> list[EvidenceItem]:
+    """Items by `when`, stable: items of one day keep their selection (relevance) order."""
+    return sorted(items, key=lambda e: e.when)
+
+
+def format_evidence(items: Sequence[EvidenceItem]) -> str:
+    """The answer prompt's context section: one line per memory, in time order."""
+    return "".join(e.line() for e in in_time_order(items)) or NO_MEMORIES
 
 
 def answer_messages(
@@ -162,7 +200,7 @@ def answer_messages(
     if benchmark not in ANSWER_SYSTEM:
         raise ValueError(f"unknown benchmark {benchmark!r}; expected one of {BENCHMARKS}")
     label = "Question date" if benchmark == "locomo" else "Current date"
-    user = f"Memories:\n{evidence_block}\n\n{label}: {question_date or _UNKNOWN_DATE}\nQuestion: {question}"
+    user = f"Memories:\n{evidence_block}\n{label}: {question_date or _UNKNOWN_DATE}\nQuestion: {question}"
     return _msgs(ANSWER_SYSTEM[benchmark], user)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from lychee_ray.config import LycheeConfig
 from lychee_ray.dates import parse_iso_date, parse_source_datetime
 from lychee_ray.llm.client import Usage
-from lychee_ray.llm.prompts import answer_messages, format_evidence, plan_messages
+from lychee_ray.llm.prompts import EvidenceItem, answer_messages, format_evidence, plan_messages
 from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.rules.answerer import extractive_answer
 from lychee_ray.rules.planner import RulesPlanner
@@ -87,9 +87,9 @@ class Answerer:
     def __init__(self, cfg: LycheeConfig, client=None):
         self.cfg, self.client = cfg, client
 
-    async def answer(self, benchmark: str, question: str, question_date: str | None, evidence: list[tuple[str | None, str]], tag: str) -> Outcome:
+    async def answer(self, benchmark: str, question: str, question_date: str | None, evidence: list[EvidenceItem], tag: str) -> Outcome:
         if self.client is None:
-            return Outcome(extractive_answer(question, [text for _, text in evidence]))
+            return Outcome(extractive_answer(question, [e.text for e in evidence]))
 
         messages = answer_messages(benchmark, question, question_date, format_evidence(evidence))
         schema = json_schema_for(AnswerOutput, self.cfg.llm.schema_dialect, max_length={"answer": self.cfg.evaluate.max_answer_chars})
@@ -97,5 +97,5 @@ class Answerer:
         out = Outcome(result.parsed.answer if result.parsed else None, error=result.error)
         out.usage.add(result.usage)
         if result.parsed is None:
-            out.value = extractive_answer(question, [text for _, text in evidence])
+            out.value = extractive_answer(question, [e.text for e in evidence])
         return out

@@ -44,12 +44,14 @@ from lychee_ray.config import ConfigError, LycheeConfig, load_config
 from lychee_ray.dates import parse_iso_date
 from lychee_ray.embedding import Embedder
 from lychee_ray.llm.client import LLMClient, Usage, run_closing
+from lychee_ray.llm.prompts import EvidenceItem
 from lychee_ray.query.answer import Answerer, Outcome, Planner
 from lychee_ray.query.rerank import CrossEncoderReranker
 from lychee_ray.query.retrieve import Evidence, Retriever, entity_names
 from lychee_ray.schemas import RECORD_TYPES, QueryPlan
 from lychee_ray.store.manifest import StoreError
 from lychee_ray.store.reader import Store, open_store
+from lychee_ray.tokens import token_counter
 
 # What `records()` returns: every records column but the embedding (384+ floats per row that
 # an agent has no use for; the retrieval path reads them itself).
@@ -73,12 +75,17 @@ class MemoryItem:
 
     text: str
     type: str | None  # record type (fact, event, ...); None for a raw turn
-    time: str | None  # "YYYY-MM-DD" or "start..end" for a record; the turn's day for a turn
+    time: str | None  # event time, "YYYY-MM-DD" or "start..end"; None when none was stated
     entities: tuple[str, ...]
     source_turn_ids: tuple[str, ...]
     score: float  # fused score (RRF, or the reranker's 1/(1+rank)) the selection ranked it by
     kind: str  # "record" | "turn"
     key: str  # record_id, or "turn:<turn_id>"
+    said: str | None = None  # the day it was said (a record's stated_at, a turn's day)
+
+    def prompt_item(self) -> EvidenceItem:
+        """This item as the answer prompt shows it."""
+        return EvidenceItem(self.text, self.type, self.time, self.said, self.source_turn_ids)
 
 
 @dataclass
@@ -200,7 +207,7 @@ class Memory:
         found = self.recall(conversation_id, question, budget_tokens)
         client = self._client()
         answerer = Answerer(self.cfg, client)
-        evidence = [(item.time, item.text) for item in found.items]  # as evaluate's RetrieveStage
+        evidence = [item.prompt_item() for item in found.items]  # as evaluate's RetrieveStage
         tag = f"memory/{conversation_id}"
         out: Outcome = _run_sync(
             answerer.answer(self._benchmark_of(conversation_id), question, found.asked_at, evidence, tag), client
@@ -244,7 +251,8 @@ class Memory:
                 self._embedder = Embedder(self.cfg.embedding)
             if self._reranker is None and self.cfg.retrieval.rerank.enabled:
                 self._reranker = CrossEncoderReranker(self.cfg.retrieval.rerank)
-            self._retriever = Retriever(self.store, self.cfg.retrieval, self._embedder.encode, self._reranker)
+            count = token_counter(self.cfg.tokenizer_spec).count
+            self._retriever = Retriever(self.store, self.cfg.retrieval, self._embedder.encode, self._reranker, count)
         return self._retriever
 
     def _client(self) -> LLMClient | None:
@@ -359,4 +367,5 @@ def _item(e: Evidence, score: float) -> MemoryItem:
         score=float(score),
         kind=e.kind,
         key=e.key,
+        said=e.said,
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lychee_ray.config import RetrievalConfig
+from lychee_ray.llm.prompts import NO_MEMORIES, EvidenceItem, format_evidence
 from lychee_ray.query.fusion import budget_topk, mmr_select, rrf_fuse
 from lychee_ray.schemas import QueryPlan, Route
 from lychee_ray.tokens import count_tokens
@@ -36,15 +37,15 @@ class Evidence:
     time: str | None
     source_turn_ids: list[str]
     embedding: np.ndarray
-    tokens: int = 0
+    tokens: int = 0  # of `render()`, the line the answer prompt gets: what the budget charges
     entities: list[str] = field(default_factory=list)
+    said: str | None = None  # the day it was said: the record's stated_at, or the turn's day
+
+    def prompt_item(self) -> EvidenceItem:
+        return EvidenceItem(self.text, self.type, self.time, self.said, tuple(self.source_turn_ids))
 
     def render(self) -> str:
-        meta = [self.type or "turn"]
-        if self.time:
-            meta.append(self.time)
-        meta.append("src " + ",".join(self.source_turn_ids[:4]))
-        return f"[{' | '.join(meta)}] {self.text}"
+        return self.prompt_item().line()
 
 
 @dataclass
@@ -56,11 +57,14 @@ class Retrieval:
 
     @property
     def context_text(self) -> str:
-        return "\n".join(e.render() for e in self.selected)
+        """The answer prompt's context section, exactly as sent."""
+        return format_evidence([e.prompt_item() for e in self.selected])
 
     @property
     def context_tokens(self) -> int:
-        return sum(e.tokens for e in self.selected)
+        """Tokens of `context_text`: the items' charges add up to it exactly (see
+        `EvidenceItem.line`); with nothing selected the section still says so."""
+        return sum(e.tokens for e in self.selected) if self.selected else count_tokens(NO_MEMORIES)
 
     @property
     def source_turn_ids(self) -> list[str]:
@@ -88,11 +92,12 @@ def route_text(route: Route) -> str:
 class Retriever:
     """Runs the channels against an open `Store` for one question at a time."""
 
-    def __init__(self, store, cfg: RetrievalConfig, embed_fn, reranker=None):
+    def __init__(self, store, cfg: RetrievalConfig, embed_fn, reranker=None, count_tokens=count_tokens):
         self.store = store
         self.cfg = cfg
         self.embed = embed_fn  # list[str] -> np.ndarray of unit vectors
         self.reranker = reranker
+        self.count_tokens = count_tokens  # the served model's tokenizer when known, else o200k
 
     # ---- channels ---------------------------------------------------------------------------
     def channel_rankings(self, conversation_id: str, plan: QueryPlan, qvecs: np.ndarray) -> tuple[dict[str, list[str]], dict[str, Evidence]]:
@@ -221,7 +226,7 @@ class Retriever:
         items = [pool[k] for k, _ in fused]
         for e in items:
             if not e.tokens:
-                e.tokens = count_tokens(e.render()) + 1
+                e.tokens = self.count_tokens(e.render())
         costs = np.array([e.tokens for e in items])
         if self.cfg.fusion == "none" or self.cfg.mmr_lambda >= 1.0:
             chosen = budget_topk(list(range(len(items))), costs, budget)
@@ -249,26 +254,32 @@ def _record_evidence(row: dict) -> Evidence:
         source_turn_ids=list(row.get("source_turn_ids") or []),
         embedding=_as_vec(row["embedding"]),
         entities=list(row.get("entities") or []),
+        said=_day(row.get("stated_at")),
     )
 
 
+def _day(value) -> str | None:
+    return str(value)[:10] if value is not None else None
+
+
 def _turn_evidence(row: dict) -> Evidence:
-    ts = row.get("timestamp")
     return Evidence(
         key=TURN_PREFIX + row["turn_id"],
         kind="turn",
         text=f"{row.get('speaker', '')}: {row['text']}",
         type=None,
-        time=str(ts)[:10] if ts is not None else None,
+        time=None,  # a turn has no event time of its own; the day it was said is `said`
         source_turn_ids=[row["turn_id"]],
         embedding=_as_vec(row["embedding"]),
+        said=_day(row.get("timestamp")),
     )
 
 
 # --------------------------------------------------------------------------------------------
 # Baselines: the same store, the same budget
 # --------------------------------------------------------------------------------------------
-def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: np.ndarray, budget: int, k: int = 200) -> list[Evidence]:
+def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: np.ndarray, budget: int, k: int = 200,
+                   count=count_tokens) -> list[Evidence]:
     """naive_rag: top-k raw turns by vector; bm25: top-k raw turns by BM25; both cut to budget."""
     if kind == "naive_rag":
         rows = store.vector_topk("turns", conversation_id, qvec, k)
@@ -278,7 +289,7 @@ def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: 
         raise ValueError(f"unknown baseline {kind}")
     items = [_turn_evidence(r) for r in rows]
     for e in items:
-        e.tokens = count_tokens(e.render()) + 1
+        e.tokens = count(e.render())
     chosen = budget_topk(list(range(len(items))), np.array([e.tokens for e in items]), budget)
     return [items[i] for i in chosen]
 

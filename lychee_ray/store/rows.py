@@ -116,6 +116,7 @@ def _segment_rows(conv: Conversation) -> list[dict]:
 def _record_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dict]:
     cid = conv.conversation_id
     emb = _embedding_matrix(conv.record_embeddings, len(conv.records), dim, "record_embeddings", cid)
+    said = _turn_days(conv)
     rows = []
     for i, rec in enumerate(conv.records):
         where = f"records[{i}]"
@@ -132,6 +133,7 @@ def _record_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dic
                 "time_end": _parse_date(rec.time_end, conv, f"{where}.time_end", problems, end=True),
                 "time_granularity": rec.time_granularity,
                 "time_expression": rec.time_expression,
+                "stated_at": max((said[t] for t in rec.source_turn_ids if said.get(t)), default=None),
                 "source_turn_ids": list(rec.source_turn_ids),
                 "backend": rec.backend,
                 "degraded": bool(rec.degraded),
@@ -139,6 +141,17 @@ def _record_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dic
             }
         )
     return rows
+
+
+def _turn_days(conv: Conversation) -> dict:
+    """turn id -> the date it was said. A record's `stated_at` is what an answer prompt shows
+    when the record states no event time, so "the most recent memory" can still be told."""
+    days = {}
+    for t in conv.turns:
+        ts = parse_iso_timestamp(t.timestamp) if t.timestamp else None
+        if ts is not None:
+            days[t.turn_id] = ts.date()
+    return days
 
 
 def _node_rows(conv: Conversation, dim: int) -> list[dict]:
