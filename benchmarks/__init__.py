@@ -14,3 +14,16 @@ Convention, for every `benchmarks/bench_<name>.py`:
 these modules and runs each `main`. Helpers that are not benchmarks (synth_archive,
 tune_segmenter, ...) do not start with `bench_` and are not run by it.
 """
+
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def write_markdown(name: str, lines: list[str]) -> Path:
+    """`benchmarks/results/<name>.md` from `lines`, printed too; returns its path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{name}.md"
+    out.write_text("\n".join(lines) + "\n")
+    print(out.read_text())
+    return out
