@@ -490,7 +490,10 @@ def test_locomo_nodes_all_kinds_with_sane_counts(locomo_dev_store):
             assert ent in entities, (cid, n["name"])
             linked = [topics_of[rid] for rid in records_of[(cid, n["node_id"])]]
             assert all(top in t for t in linked), (cid, n["name"])
-        assert len(mine) < 2 * n_records, cid  # organize summarizes, it does not explode
+        # organize summarizes, it does not explode: nodes stay linear in records. Topics are YAKE
+        # keyphrases of each segment now (entity x topic pairs follow them): conv-26 of the fixture
+        # has 480 nodes for 230 records, so the bound is 3x, not the lexicon era's 2x.
+        assert len(mine) < 3 * n_records, cid
     edge_records = {(e["conversation_id"], e["record_id"]) for e in edges}
     assert all((r["conversation_id"], r["record_id"]) in edge_records for r in records)  # no record unlinked
 
