@@ -567,25 +567,7 @@ class FakeOpenAIServer:
             "t_start": time.time(),
             "t_end": None,
         }
-        with self._lock:
-            self._requests.append(record)
-            self._in_flight += 1
-            self._max_concurrency = max(self._max_concurrency, self._in_flight)
-        try:
-            if faults.latency_s:
-                await asyncio.sleep(faults.latency_s)
-            response = await self._respond(body, messages, js, fault, faults, record)
-            with self._lock:
-                record["status"] = response.status
-            return response
-        except asyncio.CancelledError:  # the client hung up (a hang past its timeout)
-            with self._lock:
-                record["status"] = "client_disconnected"
-            raise
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-                record["t_end"] = time.time()
+        return await self._tracked(record, faults, lambda: self._respond(body, messages, js, fault, faults, record))
 
     async def _respond(self, body: dict, messages: list[dict], js: dict, fault: str, faults: Faults, record: dict) -> web.Response:
         headers = {"retry-after-ms": str(faults.retry_after_ms)} if faults.retry_after_ms is not None else {}
@@ -681,6 +663,16 @@ class FakeOpenAIServer:
             "t_start": time.time(),
             "t_end": None,
         }
+        async def respond() -> web.Response:
+            if fault in ("429", "500", "auth", "hang"):  # the same error replies as chat
+                return await self._respond(body, [], {}, fault, faults, record)
+            return self._embedding_reply(body, inputs, dim, fault, record)
+
+        return await self._tracked(record, faults, respond)
+
+    async def _tracked(self, record: dict, faults: Faults, respond) -> web.Response:
+        """Record one request (concurrency, latency, status, end time) around `respond()`, the
+        same for every endpoint."""
         with self._lock:
             self._requests.append(record)
             self._in_flight += 1
@@ -688,10 +680,7 @@ class FakeOpenAIServer:
         try:
             if faults.latency_s:
                 await asyncio.sleep(faults.latency_s)
-            if fault in ("429", "500", "auth", "hang"):  # the same error replies as chat
-                response = await self._respond(body, [], {}, fault, faults, record)
-            else:
-                response = self._embedding_reply(body, inputs, dim, fault, record)
+            response = await respond()
             with self._lock:
                 record["status"] = response.status
             return response
