@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 TMP_MARK = ".tmp-"
@@ -56,6 +58,47 @@ def child_uri(uri: str, name: str) -> str:
         return os.path.join(uri, name)
     head, sep, query = uri.partition("?")
     return f"{head.rstrip('/')}/{name}{sep}{query}"
+
+
+def display_uri(uri: str) -> str:
+    """`uri` as messages and stored rows may show it: a plain path as given; a URI without its
+    user info and query (``s3://key:secret@b/x?endpoint_override=...`` -> ``s3://b/x``), so no
+    credential lands in a log, an error row or the store."""
+    if "://" not in uri:
+        return uri
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
+def comparable_path(uri: str) -> str:
+    """The filesystem path of `uri` in a form two spellings of one file agree on: a local path
+    resolved (links, `..`, relative to the working folder), any other the path inside its store."""
+    fs, path = resolve_uri(uri)
+    return os.path.realpath(path) if is_local(fs) else path
+
+
+def walk_files(fs: pafs.FileSystem, folder: str) -> list[tuple[str, int | None]]:
+    """(path, size) of every file under `folder`, recursively. A local folder is walked with
+    os.walk, which does not descend into links to folders (a link loop cannot hang the listing;
+    a link to a file is listed, a broken one with no size); other filesystems list recursively."""
+    if not is_local(fs):
+        infos = fs.get_file_info(pafs.FileSelector(folder, recursive=True, allow_not_found=True))
+        return [(i.path, i.size) for i in infos if i.type == pafs.FileType.File]
+    found = []
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            try:
+                found.append((path, os.stat(path).st_size))
+            except OSError:  # a broken link: still input, its read names the problem
+                found.append((path, None))
+    return found
+
+
+def open_input(uri: str) -> pa.NativeFile:
+    """`uri` (a path or any filesystem URI) opened for random-access reading."""
+    fs, path = resolve_uri(uri)
+    return fs.open_input_file(path)
 
 
 def is_part_name(name: str) -> bool:

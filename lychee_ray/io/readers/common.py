@@ -12,14 +12,15 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import re
 import reprlib
 from dataclasses import dataclass
 from datetime import date, datetime
-from pathlib import Path
 
 from lychee_ray.config import ReadConfig
 from lychee_ray.dates import parse_source_datetime
+from lychee_ray.io.fs import comparable_path
 from lychee_ray.schemas import Conversation, Turn
 from lychee_ray.tokens import TokenCounter, token_counter
 
@@ -146,25 +147,30 @@ def short(value) -> str:
 def source_key(path: str, root: str | None = None) -> str:
     """The file's path relative to the input root ('/'-separated), which error ids are built from,
     so the same file gives the same ids whether the input was named by a relative or an absolute
-    path. Without a root (callers that know none), the resolved absolute path, which is as stable."""
-    real = os.path.realpath(path)
+    path, and whether the archive was read from a folder or from a bucket (`path` and `root` may
+    be any filesystem URI). The root itself (an input that is one file) is its base name. Without
+    a root (callers that know none), the resolved absolute path, which is as stable."""
+    real = comparable_path(path)
     if root is None:
         return real
-    base = os.path.realpath(root)
-    if not os.path.isdir(base):
-        return os.path.basename(real)
-    return Path(os.path.relpath(real, base)).as_posix()
+    base = comparable_path(root)
+    if real == base:
+        return posixpath.basename(real)
+    return posixpath.relpath(real, base)
 
 
-def validated_turns(raw_turns: list[dict], cid: str, path: str, where: int, errors: list[ErrorEntry], cfg: ReadConfig) -> list[Turn]:
+def validated_turns(raw_turns: list[dict], cid: str, src_path: str, where: int, errors: list[ErrorEntry], cfg: ReadConfig) -> list[Turn]:
     """Check each turn's fields, split oversized ones, and make turn ids unique. Keeps every turn
     that has text; a turn with no text is recorded in `errors` (there is nothing to keep). A raw
     turn may carry markers: `bad` (not an object), `skip` (an errors kind from SKIP_KINDS, with
-    `why`: the turn is no turn of the conversation) and `dropped` (the types of its non-text parts)."""
+    `why`: the turn is no turn of the conversation) and `dropped` (the types of its non-text parts);
+    `line` and `path` place a turn that comes from a row of its own (turn-level input, whose rows
+    may lie in several files)."""
     turns: list[Turn] = []
     seen_ids: set[str] = set()
     for k, rt in enumerate(raw_turns):
         line = rt.get("line", where)
+        path = rt.get("path", src_path)
         fld = rt.get("field_prefix", f"turns[{k}]")
         text = rt.get("text")
         if rt.get("bad"):
@@ -236,11 +242,17 @@ def _checked_timestamp(value, field: str, cid: str, path: str, line, errors: lis
     """The turn's time as ISO, or None; a stamp that does not parse is recorded (the turn stays)."""
     if value is None or value == "":
         return None
-    parsed = parse_source_datetime(_stamp_text(value))
+    parsed = parsed_stamp(value)
     if parsed is None:
         errors.append(ErrorEntry(path, line, field, "bad_timestamp", f"{path}:{line}: {cid}: {field} {short(value)} is not a date; the turn is kept without a time", cid))
         return None
     return parsed.isoformat()
+
+
+def parsed_stamp(value) -> datetime | None:
+    """A source timestamp of any type (text, a number, Parquet's date or datetime) as a datetime,
+    or None when it does not parse."""
+    return parse_source_datetime(_stamp_text(value))
 
 
 def _stamp_text(value) -> str | datetime | None:

@@ -4,7 +4,8 @@ Gzip and zstd are unpacked by their magic bytes (a truncated stream still gives 
 the damage), Parquet is recognised by its magic, bad UTF-8 is replaced and recorded per line, and
 JSON nested deeper than the parser can follow is cut to null at MAX_DEPTH instead of raising.
 `files.read_file` runs these in order; each returns its problem instead of raising, so one bad
-file is one error row.
+file is one error row. Files are opened through pyarrow's filesystems (`io.fs`), so a path and an
+``s3://`` or ``gs://`` URI read alike.
 """
 
 from __future__ import annotations
@@ -12,29 +13,81 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
+from lychee_ray.io.fs import open_input
 from lychee_ray.io.readers.common import ErrorEntry
 
 JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
 COMPRESSION_SUFFIXES = (".gz", ".zst", ".zstd")
 _MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
 _PARQUET_MAGIC = b"PAR1"
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark: no JSON, dropped from the start of a file
 # Deeper than this, an array or object is cut to null when the parser runs out of recursion:
 # well under Python's limit of 1,000 frames, so parsing and printing what is left is safe.
 MAX_DEPTH = 400
 _CHUNK = 1 << 16
+RANGE_CHUNK = 4 << 20  # bytes per read of a byte range: one request each from an object store
 _MAX_UTF8_ROWS = 100  # a binary file would otherwise give one bad_utf8 row per "line"
 _STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*+"|[\[\]{}]')  # strings whole (possessive: no backtracking), brackets
 
 
-def bytes_unless_parquet(path: str) -> bytes | None:
-    """The file's bytes, or None for Parquet, which pyarrow reads by path (not loaded whole here)."""
-    with open(path, "rb") as fh:
+def bytes_unless_parquet(uri: str) -> bytes | None:
+    """The file's bytes, or None for Parquet, which pyarrow reads from the file (not loaded whole
+    here). `uri`: a path or any pyarrow filesystem URI."""
+    with open_input(uri) as fh:
         if fh.read(4) == _PARQUET_MAGIC:
             return None
         fh.seek(0)
         return fh.read()
+
+
+def iter_range_lines(uri: str, start: int, end: int) -> Iterator[bytes]:
+    """The lines (without their newline) of bytes [start, end) of a file that start there, read
+    in chunks: memory holds one chunk and the line being cut, never the range. `start` is a line
+    start (`plan` cuts there); a last line with no newline is yielded too."""
+    with open_input(uri) as fh:
+        fh.seek(start)
+        left, pending = end - start, []  # pending: the pieces of a line not ended yet
+        while left > 0 and (chunk := fh.read(min(RANGE_CHUNK, left))):
+            left -= len(chunk)
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                pending.append(chunk)
+                continue
+            pending.append(chunk[:cut])
+            lines = chunk[cut + 1 :].split(b"\n")
+            yield b"".join(pending)
+            yield from lines[:-1]
+            pending = [lines[-1]]
+        if any(pending):
+            yield b"".join(pending)
+
+
+def count_newlines(uri: str, start: int, end: int) -> int:
+    """How many lines end in bytes [start, end) of a file, read in chunks like `iter_range_lines`."""
+    with open_input(uri) as fh:
+        fh.seek(start)
+        left, count = end - start, 0
+        while left > 0 and (chunk := fh.read(min(RANGE_CHUNK, left))):
+            left -= len(chunk)
+            count += chunk.count(b"\n")
+        return count
+
+
+def split_lines(raw: bytes) -> Iterator[bytes]:
+    """`raw.split(b"\\n")`, one line at a time (no second copy of a whole file in memory)."""
+    pos = 0
+    while (cut := raw.find(b"\n", pos)) >= 0:
+        yield raw[pos:cut]
+        pos = cut + 1
+    yield raw[pos:]
+
+
+def is_packed(head: bytes) -> bool:
+    """Whether a file starting with `head` is Parquet, gzip or zstd: not text to cut at newlines."""
+    return head[:4] == _PARQUET_MAGIC or head[:2] in _MAGIC or head[:4] in _MAGIC
 
 
 def unpacked(raw: bytes) -> tuple[bytes, list[str], str | None]:
@@ -117,16 +170,22 @@ def decode_utf8(raw: bytes, path: str) -> tuple[str, list[ErrorEntry]]:
         pass
     errors = []
     for lineno, line in enumerate(raw.split(b"\n"), start=1):
-        try:
-            line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            errors.append(
-                ErrorEntry(path, lineno, None, "bad_utf8", f"{path}:{lineno}: invalid UTF-8 at byte {exc.start} of the line; replaced with U+FFFD")
-            )
+        if (note := decode_line(line, path, lineno)[1]) is not None:
+            errors.append(note)
     if len(errors) > _MAX_UTF8_ROWS:
         rest = len(errors) - _MAX_UTF8_ROWS
         errors = errors[:_MAX_UTF8_ROWS] + [ErrorEntry(path, None, None, "bad_utf8", f"{path}: {rest} more lines hold invalid UTF-8, replaced with U+FFFD (not listed one by one)")]
     return raw.decode("utf-8", errors="replace"), errors
+
+
+def decode_line(raw: bytes, path: str, lineno: int) -> tuple[str, ErrorEntry | None]:
+    """One line's UTF-8 decode that keeps going: (text with bad bytes as U+FFFD, the `bad_utf8`
+    entry naming the line, or None when the line was valid)."""
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        note = ErrorEntry(path, lineno, None, "bad_utf8", f"{path}:{lineno}: invalid UTF-8 at byte {exc.start} of the line; replaced with U+FFFD")
+        return raw.decode("utf-8", errors="replace"), note
 
 
 def json_layout(text: str, suffix: str) -> tuple[str, object]:

@@ -1,4 +1,9 @@
-"""Files -> conversations: which input files there are, and every conversation of one file.
+"""Files -> conversations: which input files there are, and every conversation of each.
+
+The input is a path or any pyarrow filesystem URI (``s3://bucket/archive?endpoint_override=...``,
+``gs://``, ``file://``): the driver lists it (`list_input_files`) and plans the read
+(`plan.plan_parts`: one part per file, byte ranges for a large JSON Lines file), and each part
+is read by `read_part`, in a Ray task of the ingest job or in this process (`iter_conversations`).
 
 The content decides how a file is read, not its name: gzip and zstd are unpacked (found by their
 magic bytes), Parquet is found by its magic, and text is parsed as one JSON document or as JSON
@@ -6,49 +11,53 @@ Lines. A file that is none of these is an `unsupported_format` error row, so eve
 input folder is either read or named; only a lychee-ray store inside the folder (an output written
 there) is never read as input.
 
-Nothing in a file stops the read. Text is decoded leniently (bad UTF-8 is recorded per line);
+Nothing in a file stops the read. Text is decoded leniently (bad UTF-8 is recorded at its line);
 values nested too deeply for the parser are cut to null and recorded; each object's format is
 detected from its keys and dispatched to its reader, and a reader that raises costs only that
-object; a conversation id seen twice in one file keeps its first copy and the later one becomes a
-`duplicate_id` error row. `read_file` is what the ingest job's read tasks run per file;
-`iter_conversations` is the local, non-Ray path.
+object. Turn-level rows leave a part as `turns.TurnRow`s and become conversations only once the
+rows of every file are together. A conversation id read twice keeps its first copy in listing
+order (`plan.FirstCopies`); `duplicate_copy` makes the row that replaces a later one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NamedTuple
+
+import pyarrow as pa
+import pyarrow.fs as pafs
 
 from lychee_ray.config import ReadConfig
+from lychee_ray.io.fs import child_uri, display_uri, is_local, join_path, open_input, resolve_uri, walk_files
 from lychee_ray.io.readers.chat import read_chat
 from lychee_ray.io.readers.chatgpt import is_chatgpt_export, read_chatgpt
-from lychee_ray.io.readers.common import (
-    ErrorEntry,
-    InputError,
-    Source,
-    error_conversation,
-    scalar_text,
-    short,
-    source_key,
-)
+from lychee_ray.io.readers.common import ErrorEntry, InputError, Source, error_conversation, short
 from lychee_ray.io.readers.decode import (
+    BOM,
     MAX_DEPTH,
     bytes_unless_parquet,
+    count_newlines,
+    decode_line,
     decode_utf8,
     inner_suffix,
+    iter_range_lines,
     json_layout,
     loads_any_depth,
     sniff_format,
+    split_lines,
     unpacked,
     unsupported_message,
 )
 from lychee_ray.io.readers.locomo import read_locomo
 from lychee_ray.io.readers.longmemeval import read_longmemeval
+from lychee_ray.io.readers.plan import FilePart, FirstCopies, Place, number_parts, parts_to_count, plan_parts
 from lychee_ray.io.readers.sharegpt import is_sharegpt, read_sharegpt
-from lychee_ray.io.readers.turns import conversation_from_turn_rows, read_turn_parquet
+from lychee_ray.io.readers.turns import TurnRow, parquet_turn_rows, turn_conversations, turn_row
 from lychee_ray.schemas import MANIFEST, STORE_FORMAT, Conversation
 
 log = logging.getLogger(__name__)
@@ -56,38 +65,88 @@ log = logging.getLogger(__name__)
 READERS = {"chatgpt": read_chatgpt, "locomo": read_locomo, "longmemeval": read_longmemeval, "chat": read_chat, "sharegpt": read_sharegpt}
 
 
+class Found(NamedTuple):
+    """A conversation a part gave, and where it was read: None for an error row, which is no
+    copy of anything and so never a duplicate."""
+
+    conv: Conversation
+    place: Place | None
+
+
 # --------------------------------------------------------------------------------------------
 # Planning: which files
 # --------------------------------------------------------------------------------------------
-def list_input_files(path: str, exclude: str | None = None) -> list[str]:
-    """Every file under `path` (a file or a directory, searched recursively), sorted. A folder
-    holding a lychee-ray store, and `exclude` (the run's output), are never input: a rerun with
-    the output inside the input must not read its own manifest and Parquet parts."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"input {path} does not exist")
-    if p.is_file():
-        return [str(p)]
-    files = sorted(_walk(path, exclude))
+class InputFile(str):
+    """An input file's path or URI as the user would write it, which also knows its size from the
+    listing: planning byte ranges then needs no second request per file to an object store."""
+
+    def __new__(cls, uri: str, size: int | None = None):
+        obj = super().__new__(cls, uri)
+        obj.size = size
+        return obj
+
+
+def list_input_files(path: str, exclude: str | None = None) -> list[InputFile]:
+    """Every file under `path` (a file or a folder, searched recursively; a path or any pyarrow
+    filesystem URI, whose query configures the filesystem), sorted, each named under `path` as
+    given (a URI keeps its query). A folder holding a lychee-ray store, and `exclude` (the run's
+    output), are never input: a rerun with the output inside the input must not read its own
+    manifest and Parquet parts."""
+    shown = display_uri(path)
+    try:
+        fs, base = resolve_uri(path)
+        info = fs.get_file_info(base)
+    except (OSError, ValueError) as exc:  # an unknown scheme, an endpoint that does not answer
+        raise InputError(f"input {shown} cannot be opened: {short(str(exc))}") from None
+    if info.type == pafs.FileType.File:
+        return [InputFile(path if "://" in path else str(Path(path)), info.size)]
+    if info.type != pafs.FileType.Directory:
+        raise InputError(f"input {shown} does not exist")
+    found = walk_files(fs, base)
+    skipped = _not_input(fs, base, found, exclude)
+    # sorted by path, not by the URI: a query after the path must not change the order
+    files = [
+        InputFile(child_uri(path, name[len(base) :].lstrip("/")), size)
+        for name, size in sorted(found)
+        if not any(name.startswith(f"{s}/") for s in skipped)
+    ]
     if not files:
-        raise InputError(f"input directory {path} holds no files (a lychee-ray store in it is not input)")
+        raise InputError(f"input directory {shown} holds no files (a lychee-ray store in it is not input)")
     return files
 
 
-def _walk(root: str, exclude: str | None) -> Iterator[str]:
-    skip = os.path.realpath(exclude) if exclude else None
-    for folder, subfolders, names in os.walk(root):
-        if os.path.realpath(folder) == skip or is_store(folder):
-            log.info("not reading %s as input: it is a lychee-ray store", folder)
-            subfolders.clear()
-            continue
-        yield from (os.path.join(folder, name) for name in names)
+def _not_input(fs: pafs.FileSystem, base: str, found: list[tuple[str, int | None]], exclude: str | None) -> list[str]:
+    """The folders under `base` whose files are not input: lychee-ray stores and `exclude`."""
+    stores = {name.rpartition("/")[0] for name, _ in found if name.rpartition("/")[2] == MANIFEST}
+    skipped = [folder for folder in sorted(stores) if is_store(fs, folder)]
+    for folder in skipped:
+        log.info("not reading %s as input: it is a lychee-ray store", folder)
+    out = _output_folder(fs, base, exclude) if exclude else None
+    return skipped + ([out] if out else [])
 
 
-def is_store(folder: str) -> bool:
+def _output_folder(fs: pafs.FileSystem, base: str, exclude: str) -> str | None:
+    """`exclude` as a folder of the listing under `base` when it lies there (or is `base`)."""
+    try:
+        out_fs, out = resolve_uri(exclude)
+    except (OSError, ValueError):
+        return None
+    if out_fs.type_name != fs.type_name:
+        return None
+    if is_local(fs):  # compare resolved paths, then name the folder as the listing does
+        real_base, real_out = os.path.realpath(base), os.path.realpath(out)
+        if real_out != real_base and not real_out.startswith(real_base.rstrip("/") + "/"):
+            return None
+        out = os.path.normpath(join_path(base, os.path.relpath(real_out, real_base)))
+    if out != base and not out.startswith(base.rstrip("/") + "/"):
+        return None
+    return out
+
+
+def is_store(fs: pafs.FileSystem, folder: str) -> bool:
     """Whether `folder` holds a lychee-ray store: a manifest.json with the store's format tag."""
     try:
-        with open(os.path.join(folder, MANIFEST), "rb") as fh:
+        with fs.open_input_file(join_path(folder, MANIFEST)) as fh:
             manifest = json.loads(fh.read(1 << 20))
     except (OSError, ValueError, RecursionError):
         return False
@@ -95,27 +154,84 @@ def is_store(folder: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# Execution: one file -> conversations
+# Execution in this process (the ingest job runs `read_part` in Ray tasks instead)
 # --------------------------------------------------------------------------------------------
 def read_file(path: str, cfg: ReadConfig, root: str | None = None) -> Iterator[Conversation]:
-    """Yield every conversation of one file, plus error conversations for what cannot be read.
-    `root` is the input path the file was listed under: error ids are built from the file's path
+    """Every conversation of one file, plus error conversations for what cannot be read.
+    `root` is the input path the file was listed under: ids are built from the file's path
     relative to it, so a rerun spelling the input differently finds the same rows."""
-    reader = _FileReader(path, source_key(path, root), cfg)
-    seen: set[str] = set()
-    for conv in reader.conversations():
-        yield _unique_id(conv, seen)
+    return iter_conversations([path], cfg, root)
 
 
 def iter_conversations(paths: Iterable[str], cfg: ReadConfig, root: str | None = None) -> Iterator[Conversation]:
-    """All conversations of all files, in order (the local, non-Ray path and tests)."""
-    for path in paths:
-        yield from read_file(path, cfg, root)
+    """All conversations of all files (the local, non-Ray path and tests), read by the plan the
+    ingest job's tasks follow, one part after another: conversation objects in listing order,
+    then the conversations of turn rows, each gathered from every file."""
+    parts = plan_parts(paths, root, cfg.split_bytes)
+    parts = number_parts(parts, [count_newlines(p.uri, p.start, p.end) for p in parts_to_count(parts)])
+    firsts, rows = FirstCopies(), []
+    for part in parts:
+        for item in read_part(part, cfg):
+            if isinstance(item, TurnRow):
+                rows.append(item)
+            else:
+                yield keep_first(firsts.claim, *item)
+    for conv, place in turn_conversations(rows, cfg):
+        yield keep_first(firsts.group_firsts, conv, place)
+
+
+def keep_first(ask, conv: Conversation, place: Place | None) -> Conversation:
+    """`conv`, or the row that replaces it when `ask` (a `FirstCopies` method) says an earlier
+    copy of its id is kept."""
+    if place is None or conv.source == "error":
+        return conv
+    (first,) = ask([conv.conversation_id], [place])
+    return conv if first is None else duplicate_copy(conv, place, first)
+
+
+def duplicate_copy(conv: Conversation, place: Place, first: Place) -> Conversation:
+    """The row for a later copy of a conversation id (two copies would sink the writer's batch).
+    A copy in the file of the first is a `duplicate_id` error row naming both lines, as a read of
+    that file alone says it; a copy from another file keeps its row, under an id derived from
+    its place and with status `duplicate`. Either way its turns are counted (n_input_turns), not
+    ingested twice, and its own error rows stay with it."""
+    n_turns = len(conv.turns)
+    if first.key == place.key:
+        dup = error_conversation(
+            ErrorEntry(
+                place.path,
+                place.line,
+                "conversation_id",
+                "duplicate_id",
+                f"{place}: conversation id {short(conv.conversation_id)} already appeared at {first.unit} {first.where} of this file; "
+                f"this copy ({n_turns} turns, {len(conv.questions)} questions) is not read",
+            ),
+            place.key,
+        )
+        dup.errors += [dict(row, conversation_id=dup.conversation_id) for row in conv.errors]
+        dup.n_input_turns = n_turns
+        return dup
+    original = conv.conversation_id
+    # derived from the place, so a resumed run (or a read from another mount) finds the same row
+    conv.conversation_id = f"{original}#dup-{hashlib.sha1(f'{original}|{place.key}:{place.where}'.encode()).hexdigest()[:8]}"
+    conv.status = "duplicate"
+    conv.error = f"duplicate conversation id {original!r}: first seen in {first}; this copy in {place} ({n_turns} turns) was not ingested"
+    conv.errors = [dict(row, conversation_id=conv.conversation_id) for row in conv.errors]
+    conv.errors.append(ErrorEntry(place.path, place.line, "conversation_id", "duplicate_id", conv.error, conv.conversation_id).as_row())
+    conv.n_input_turns = n_turns
+    conv.turns, conv.questions, conv.exchanges = [], [], []
+    log.warning("%s", conv.error)
+    return conv
+
+
+def read_part(part: FilePart, cfg: ReadConfig) -> Iterator[Found | TurnRow]:
+    """Everything one part of the plan gives: conversations with their places, and turn rows."""
+    return _FileReader(part, cfg).items()
 
 
 def _unique_id(conv: Conversation, seen: set[str]) -> Conversation:
-    # Real duplicates are caught with their line by `_FileReader.claim`; this only guards error
-    # rows, whose ids could meet if one line ever gave two problems of one kind.
+    # Duplicates of real ids are `FirstCopies`' business; this only guards error rows, whose ids
+    # could meet if one line ever gave two problems of one kind.
     cid, n = conv.conversation_id, 1
     while conv.conversation_id in seen:
         n += 1
@@ -127,53 +243,72 @@ def _unique_id(conv: Conversation, seen: set[str]) -> Conversation:
     return conv
 
 
+def _attach(item: Found | TurnRow, notes: list[ErrorEntry]) -> None:
+    """Problems of a line or a file that have no conversation of their own ride on one that does."""
+    if isinstance(item, TurnRow):
+        item.notes.extend(notes)
+        return
+    for note in notes:
+        note.conversation_id = item.conv.conversation_id
+        item.conv.errors.append(note.as_row())
+
+
 class _FileReader:
-    """One file's read: its bytes to conversations, recording every problem on the way."""
+    """One part's read (a whole file, or a byte range of a JSON Lines file): its bytes to
+    conversations and turn rows, recording every problem on the way."""
 
-    def __init__(self, path: str, key: str, cfg: ReadConfig):
-        self.path, self.key, self.cfg = path, key, cfg
+    def __init__(self, part: FilePart, cfg: ReadConfig):
+        self.part, self.cfg = part, cfg
+        self.path, self.key = part.path, part.key  # the file as shown, and as ids hash it
         self.unit = "line"  # "item" in a JSON document: what the number in a message counts
-        self.first_seen: dict[str, int] = {}  # conversation id -> line or item of its first copy
-        self.file_notes: list[ErrorEntry] = []  # problems of the file as a whole (bad UTF-8)
+        self.file_notes: list[ErrorEntry] = []  # problems of a JSON document as a whole (bad UTF-8)
+        # a problem of a range as a whole sits at its first line: two ranges, two rows
+        self.part_line = part.first_line if part.start else None
 
-    def conversations(self) -> Iterator[Conversation]:
-        """`_read`, with the file's notes on the first conversation after they are known, and a
-        last net: a bug or an unforeseen shape ends this file with one error row, never the run."""
+    def items(self) -> Iterator[Found | TurnRow]:
+        seen: set[str] = set()
+        for item in self._noted():
+            if isinstance(item, Found) and item.place is None:
+                _unique_id(item.conv, seen)
+            yield item
+
+    def _noted(self) -> Iterator[Found | TurnRow]:
+        """`_read`, with the file's notes on its first item, and a last net: a bug or an
+        unforeseen shape ends this part with one error row, never the run."""
         attached = False
         try:
-            for conv in self._read():
+            for item in self._read():
                 if self.file_notes and not attached:
-                    self._attach_notes(conv)
+                    _attach(item, self.file_notes)
                     attached = True
-                yield conv
+                yield item
         except Exception as exc:
             log.exception("reading %s failed", self.path)
-            yield self.error(None, None, "reader_error", f"{self.path}: reading stopped early: {type(exc).__name__}: {short(str(exc))}")
+            yield self.error(self.part_line, None, "reader_error", f"{self.path}: reading stopped early: {type(exc).__name__}: {short(str(exc))}")
         if self.file_notes and not attached:
             conv = error_conversation(self.file_notes[0], self.key)
-            self._attach_notes(conv, skip=1)
-            yield conv
+            _attach(Found(conv, None), self.file_notes[1:])
+            yield Found(conv, None)
 
-    def _attach_notes(self, conv: Conversation, skip: int = 0) -> None:
-        for note in self.file_notes[skip:]:
-            note.conversation_id = conv.conversation_id
-            conv.errors.append(note.as_row())
+    def error(self, where: int | None, field: str | None, kind: str, message: str) -> Found:
+        return Found(error_conversation(ErrorEntry(self.path, where, field, kind, message), self.key), None)
 
-    def error(self, where: int | None, field: str | None, kind: str, message: str) -> Conversation:
-        return error_conversation(ErrorEntry(self.path, where, field, kind, message), self.key)
-
-    def place(self, where: int) -> str:
-        return f"{self.path}:{where}" if self.unit == "line" else f"{self.path} item {where}"
+    def place(self, where: int) -> Place:
+        return Place(self.part.index, where, self.path, self.key, self.unit)
 
     # ---- bytes -------------------------------------------------------------------------------
-    def _read(self) -> Iterator[Conversation]:
+    def _read(self) -> Iterator[Found | TurnRow]:
+        if self.part.is_range:  # JSON Lines for sure (`plan`): streamed, never held whole
+            yield from self._read_lines(iter_range_lines(self.part.uri, self.part.start, self.part.end), self.part.first_line)
+            return
         try:
-            raw = bytes_unless_parquet(self.path)
+            raw = bytes_unless_parquet(self.part.uri)
         except OSError as exc:
             yield self.error(None, None, "unreadable", f"cannot read {self.path}: {exc.strerror or exc}")
             return
         if raw is None:
-            yield from read_turn_parquet(self.path, self.cfg, self.key)
+            with open_input(self.part.uri) as fh:
+                yield from self._parquet(fh)
             return
         raw, codecs, problem = unpacked(raw)
         if problem:
@@ -183,18 +318,25 @@ class _FileReader:
             return
         kind = sniff_format(raw, inner_suffix(self.path))
         if kind == "parquet":
-            import pyarrow as pa
-
-            yield from read_turn_parquet(self.path, self.cfg, self.key, source=pa.BufferReader(raw))
+            yield from self._parquet(pa.BufferReader(raw))
         elif kind == "unsupported":
             yield self.error(None, None, "unsupported_format", unsupported_message(self.path, codecs))
         else:
             yield from self._read_text(raw)
 
-    def _read_text(self, raw: bytes) -> Iterator[Conversation]:
-        text, self.file_notes = decode_utf8(raw, self.path)
+    def _parquet(self, source) -> Iterator[Found | TurnRow]:
+        for item in parquet_turn_rows(self.part, source):
+            yield item if isinstance(item, TurnRow) else Found(item, None)
+
+    def _read_text(self, raw: bytes) -> Iterator[Found | TurnRow]:
+        text, notes = decode_utf8(raw, self.path)
         text = text.removeprefix("\ufeff")  # a byte-order mark is no JSON
         layout, value = json_layout(text, inner_suffix(self.path))
+        if layout == "lines":  # line by line from the bytes, exactly as a range task reads them
+            del text
+            yield from self._read_lines(split_lines(raw), 1)
+            return
+        self.file_notes = notes
         if layout == "document":
             doc, cuts = value
             self.unit = "item" if isinstance(doc, list) else "line"
@@ -202,62 +344,60 @@ class _FileReader:
             if doc == []:  # nothing to read, but the file must still be named
                 yield self.error(None, None, "empty_file", f"{self.path} holds an empty JSON list: no conversations")
                 return
-            yield from self._read_items(doc if isinstance(doc, list) else [doc])
-        elif layout == "lines":
-            yield from self._read_lines(text)
+            for idx, obj in enumerate(doc if isinstance(doc, list) else [doc]):
+                yield from self._read_item(obj, idx + 1)  # 1-based item index stands in for a line
         elif isinstance(value, json.JSONDecodeError):
             yield self.error(value.lineno, None, "bad_json", f"{self.path}:{value.lineno}: not valid JSON ({value.msg} at column {value.colno}); the file is one broken document and is not read")
         else:
             yield self.error(None, None, "too_deep", f"{self.path}: nested too deeply to parse; the file is not read")
 
     # ---- JSON ---------------------------------------------------------------------------------
-    def _read_lines(self, text: str) -> Iterator[Conversation]:
-        turn_rows: dict[str, list[tuple[int, dict]]] = {}
-        # split on "\n" only: str.splitlines also splits at U+2028 and friends, which JSON allows
-        # raw inside strings, and the line numbers must agree with `decode_utf8`'s
-        for lineno, line in enumerate(text.split("\n"), start=1):
+    def _read_lines(self, lines: Iterable[bytes], first_line: int) -> Iterator[Found | TurnRow]:
+        """JSON Lines, numbered from `first_line`. Lines are cut at b"\\n" only (JSON allows raw
+        U+2028 and friends inside strings), and bad UTF-8 is named at its line, on the first
+        thing that line gave: a range and a whole file give the same rows."""
+        for lineno, raw in enumerate(lines, start=first_line):
+            if lineno == 1:
+                raw = raw.removeprefix(BOM)
+            line, note = decode_line(raw, self.path, lineno)
             if not line.strip():
                 continue
-            try:
-                obj, cuts = loads_any_depth(line)
-            except json.JSONDecodeError as exc:
-                yield self.error(lineno, None, "bad_json", f"{self.path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
-                continue
-            except RecursionError:
-                yield self.error(lineno, None, "too_deep", f"{self.path}:{lineno}: nested too deeply to parse; line skipped")
-                continue
-            yield from self._too_deep(line, cuts, lineno)
-            yield from self._read_item(obj, lineno, turn_rows)
-        yield from self._turn_conversations(turn_rows)
+            items = list(self._line_items(line, lineno))
+            if note is not None:
+                _attach(items[0], [note])
+            yield from items
 
-    def _read_items(self, items: list) -> Iterator[Conversation]:
-        turn_rows: dict[str, list[tuple[int, dict]]] = {}
-        for idx, obj in enumerate(items):
-            yield from self._read_item(obj, idx + 1, turn_rows)  # 1-based item index stands in for a line
-        yield from self._turn_conversations(turn_rows)
+    def _line_items(self, line: str, lineno: int) -> Iterator[Found | TurnRow]:
+        try:
+            obj, cuts = loads_any_depth(line)
+        except json.JSONDecodeError as exc:
+            yield self.error(lineno, None, "bad_json", f"{self.path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
+            return
+        except RecursionError:
+            yield self.error(lineno, None, "too_deep", f"{self.path}:{lineno}: nested too deeply to parse; line skipped")
+            return
+        yield from self._too_deep(line, cuts, lineno)
+        yield from self._read_item(obj, lineno)
 
-    def _read_item(self, obj, where: int, turn_rows: dict) -> Iterator[Conversation]:
+    def _read_item(self, obj, where: int) -> Iterator[Found | TurnRow]:
         """One parsed line or document item; whatever goes wrong costs only this item."""
+        shown = f"{self.path}:{where}" if self.unit == "line" else f"{self.path} item {where}"
         try:
             if not isinstance(obj, dict):
-                yield self.error(where, None, "bad_record", f"{self.place(where)}: expected a JSON object, got {type(obj).__name__}")
+                yield self.error(where, None, "bad_record", f"{shown}: expected a JSON object, got {type(obj).__name__}")
                 return
             kind = _detect_object(obj)
             if kind == "turn":
-                turn_rows.setdefault(scalar_text(obj.get("conversation_id")) or "None", []).append((where, obj))
+                yield turn_row(obj, self.place(where))
             elif kind is None:
-                yield self.error(where, None, "unknown_format", f"{self.place(where)}: object with keys {short(sorted(obj)[:8])} is not a known conversation or turn format")
+                yield self.error(where, None, "unknown_format", f"{shown}: object with keys {short(sorted(obj)[:8])} is not a known conversation or turn format")
             else:
-                yield self.claim(READERS[kind](obj, Source(self.path, self.key, where), self.cfg), where)
+                yield Found(READERS[kind](obj, Source(self.path, self.key, where), self.cfg), self.place(where))
         except Exception as exc:  # a reader bug or a shape we did not foresee: record, go on
-            log.exception("reading %s failed", self.place(where))
-            yield self.error(where, None, "reader_error", f"{self.place(where)}: {type(exc).__name__}: {short(str(exc))}")
+            log.exception("reading %s failed", shown)
+            yield self.error(where, None, "reader_error", f"{shown}: {type(exc).__name__}: {short(str(exc))}")
 
-    def _turn_conversations(self, turn_rows: dict) -> Iterator[Conversation]:
-        for cid, rows in turn_rows.items():
-            yield self.claim(conversation_from_turn_rows(cid, rows, Source(self.path, self.key, rows[0][0]), self.cfg), rows[0][0])
-
-    def _too_deep(self, text: str, cuts: list[int], lineno: int | None = None) -> Iterator[Conversation]:
+    def _too_deep(self, text: str, cuts: list[int], lineno: int | None = None) -> Iterator[Found]:
         """One error row per line where values were cut to null (the rest of the value is read)."""
         lines: dict[int, int] = {}
         for offset in cuts:
@@ -265,22 +405,6 @@ class _FileReader:
             lines[line] = lines.get(line, 0) + 1
         for line, n in lines.items():
             yield self.error(line, None, "too_deep", f"{self.path}:{line}: {n} value(s) nested more than {MAX_DEPTH} levels deep were read as null")
-
-    def claim(self, conv: Conversation, where: int) -> Conversation:
-        """The first copy of a conversation id in this file wins; a later copy becomes a
-        `duplicate_id` error row naming both places (two copies would sink the writer's batch)."""
-        first = self.first_seen.setdefault(conv.conversation_id, where)
-        if first == where:
-            return conv
-        dup = self.error(
-            where,
-            "conversation_id",
-            "duplicate_id",
-            f"{self.place(where)}: conversation id {short(conv.conversation_id)} already appeared at {self.unit} {first} of this file; "
-            f"this copy ({len(conv.turns)} turns, {len(conv.questions)} questions) is not read",
-        )
-        dup.n_input_turns = len(conv.turns)
-        return dup
 
 
 def _detect_object(obj: dict) -> str | None:
