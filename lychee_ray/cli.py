@@ -2,7 +2,9 @@
 
 Each subcommand parses its flags, loads the typed config, and calls one function of the
 package. Expected user errors (a missing file, a bad config, a store that does not match) are
-printed as one sentence with exit code 2, never as a traceback.
+printed as one sentence with exit code 2, never as a traceback. An ingest that ran but counts as
+failed (pending conversations, more degraded segments than ingest.max_degraded_fraction, turns
+that do not add up) prints one sentence per reason after its summary and exits 1.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from lychee_ray.ablate.grid import load_grid
 from lychee_ray.ablate.runner import run_ablation
 from lychee_ray.config import ConfigError, load_config
 from lychee_ray.evaluate.job import run_evaluate
-from lychee_ray.ingest.job import run_ingest
+from lychee_ray.ingest.job import REDO_STATUSES, run_ingest
 from lychee_ray.io.fs import PathProblem, os_reason
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
@@ -46,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output store directory (local path or URI)")
     p.add_argument("--force", action="store_true",
                    help="write into an existing non-empty folder that is not a store (nothing already there is deleted)")
+    p.add_argument("--redo", default="", metavar="STATUSES",
+                   help=f"comma-separated statuses of stored conversations to process again, replacing their rows: "
+                        f"{','.join(REDO_STATUSES)} (pending ones are redone by every run)")
 
     p = sub.add_parser("evaluate", help="answer and judge the store's questions; writes answers + report.md")
     _add_config(p)
@@ -93,9 +98,12 @@ def user_message(exc: BaseException) -> str:
 
 
 def cmd_ingest(args, cfg) -> int:
-    summary = run_ingest(cfg, args.input, args.out, force=args.force)
+    redo = [s.strip() for s in args.redo.split(",") if s.strip()]
+    summary = run_ingest(cfg, args.input, args.out, force=args.force, redo=redo)
     print(summary.render())
-    return 0
+    for failure in summary.failures:
+        print(f"lychee-ray ingest: {failure}", file=sys.stderr)
+    return 1 if summary.failures else 0
 
 
 def cmd_evaluate(args, cfg) -> int:

@@ -145,6 +145,111 @@ def test_unreachable_server_degrades_without_raising():
 
 
 # --------------------------------------------------------------------------------------------
+# the circuit breaker
+# --------------------------------------------------------------------------------------------
+def _encode_n(client: LLMClient, n: int) -> list[LLMResult]:
+    async def run():
+        return [await client.structured(ENCODE_MESSAGES, EncodeOutput, max_tokens=512) for _ in range(n)]
+
+    return asyncio.run(run())
+
+
+class _Clock:
+    """A monotonic clock the test moves by hand, so a cooldown passes without sleeping."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_consecutive_transient_failures_open_the_breaker_and_no_request_follows(fake_openai):
+    client = LLMClient(_cfg(fake_openai, max_retries=1, breaker_failures=3, breaker_cooldown_s=600))
+    fake_openai.set_faults(schedule=["500"] * 6)  # three calls, each 500 on its try and its retry
+    failed = _encode_n(client, 2)
+    assert [r.transient for r in failed] == [True, True] and not client.breaker.is_open
+    assert len(fake_openai.requests) == 4  # below the limit every call still goes out
+    third = _encode_n(client, 1)[0]
+    assert third.transient and "HTTP 500" in third.error and client.breaker.is_open and client.breaker.trips == 1
+    assert len(fake_openai.requests) == 6
+    refused = _encode_n(client, 5)
+    assert len(fake_openai.requests) == 6, "a request reached the server while the breaker was open"
+    for r in refused:
+        assert r.parsed is None and r.transient and r.usage.calls == 0
+        assert r.error.startswith(f"circuit breaker open: the LLM endpoint {fake_openai.base_url} failed 3 times in a row")
+        assert "HTTP 500" in r.error and "llm.breaker_failures=3" in r.error
+
+
+@pytest.mark.parametrize("outage", ["close", "refuse"])
+def test_an_outage_opens_the_breaker_and_further_calls_send_nothing(fake_openai, outage):
+    client = LLMClient(_cfg(fake_openai, max_retries=1, breaker_failures=2, breaker_cooldown_s=600))
+    fake_openai.set_faults(outage_after=1, outage=outage)
+    first, *failed = _encode_n(client, 3)
+    assert first.ok
+    assert [r.transient for r in failed] == [True, True] and all(r.error.startswith("APIConnectionError") for r in failed)
+    assert client.breaker.is_open
+    seen = len(fake_openai.requests)
+    assert [r["status"] for r in fake_openai.requests][:2] == [200, "dropped"]
+    later = _encode_n(client, 4)
+    assert all(r.error.startswith("circuit breaker open") and r.usage.calls == 0 for r in later)
+    assert len(fake_openai.requests) == seen
+
+
+def test_any_answer_resets_the_count_and_permanent_errors_never_open_it(fake_openai):
+    client = LLMClient(_cfg(fake_openai, max_retries=0, breaker_failures=2, breaker_cooldown_s=600))
+    # 500, answered, 500, 401 (permanent: the server is up), 500, invalid twice (answered), 500, 500
+    fake_openai.set_faults(schedule=["500", "ok", "500", "auth", "500", "invalid", "invalid", "500", "500"])
+    results = _encode_n(client, 6)
+    assert [r.ok for r in results] == [False, True, False, False, False, False]
+    assert [r.transient for r in results] == [True, False, True, False, True, False]
+    assert client.breaker.trips == 0 and not client.breaker.is_open
+    assert _encode_n(client, 1)[0].transient and not client.breaker.is_open  # one 500 since the last answer
+    assert _encode_n(client, 1)[0].transient and client.breaker.is_open  # two in a row
+    assert len(fake_openai.requests) == 9
+
+
+def test_after_the_cooldown_one_probe_goes_out_and_an_answer_closes_the_breaker(fake_openai):
+    client = LLMClient(_cfg(fake_openai, max_retries=0, breaker_failures=1, breaker_cooldown_s=60))
+    clock = client.breaker.clock = _Clock()
+    fake_openai.set_faults(schedule=["500", "500"])
+    assert _encode_n(client, 1)[0].transient and client.breaker.is_open
+    clock.now += 59
+    assert _encode_n(client, 1)[0].error.startswith("circuit breaker open") and len(fake_openai.requests) == 1
+    clock.now += 1  # the cooldown has passed: the next call is the probe, and it fails
+    probe = _encode_n(client, 1)[0]
+    assert "HTTP 500" in probe.error and len(fake_openai.requests) == 2 and client.breaker.is_open
+    assert client.breaker.trips == 1  # still the same opening
+    assert _encode_n(client, 1)[0].error.startswith("circuit breaker open")  # open for another cooldown
+    clock.now += 60
+    assert _encode_n(client, 1)[0].ok and not client.breaker.is_open  # the probe is answered
+    assert all(r.ok for r in _encode_n(client, 2)) and len(fake_openai.requests) == 5
+
+
+def test_a_half_open_breaker_lets_only_one_probe_through_at_a_time(fake_openai):
+    client = LLMClient(_cfg(fake_openai, max_retries=0, breaker_failures=1, breaker_cooldown_s=60))
+    clock = client.breaker.clock = _Clock()
+    fake_openai.set_faults(schedule=["500"])
+    _encode_n(client, 1)
+    clock.now += 60
+    fake_openai.set_faults(latency_s=0.3)  # the probe is still in flight when the others ask
+
+    async def run():
+        return await asyncio.gather(*[client.structured(ENCODE_MESSAGES, EncodeOutput, max_tokens=512) for _ in range(5)])
+
+    results = asyncio.run(run())
+    assert sum(r.ok for r in results) == 1 and len(fake_openai.requests) == 2
+    assert sum(r.error is not None and r.error.startswith("circuit breaker open") for r in results) == 4
+
+
+def test_breaker_settings_are_validated():
+    with pytest.raises(ValueError, match="breaker_failures"):
+        LLMConfig(breaker_failures=0)
+    with pytest.raises(ValueError, match="breaker_cooldown_s"):
+        LLMConfig(breaker_cooldown_s=0)
+
+
+# --------------------------------------------------------------------------------------------
 # parse, validate, repair
 # --------------------------------------------------------------------------------------------
 def test_truncated_json_is_repaired(fake_openai):
@@ -325,6 +430,30 @@ def test_seeded_fault_probabilities_are_reproducible():
         second = [_post_chat(server.base_url) for _ in range(20)]
     assert first == second
     assert {200, 429, 500} <= set(first)
+
+
+def test_the_outage_fault_closes_or_refuses_after_n_requests_until_lifted():
+    import http.client
+
+    with FakeOpenAIServer(faults=Faults(outage_after=1, outage="close")) as server:
+        assert _post_chat(server.base_url) == 200
+        for _ in range(2):  # connections are accepted, then closed without a reply
+            with pytest.raises(http.client.RemoteDisconnected):
+                _post_chat(server.base_url)
+        server.set_faults(outage_after=None)
+        assert _post_chat(server.base_url) == 200
+        assert [(r["status"], r["fault"]) for r in server.requests] == [(200, "ok"), ("dropped", "outage"), ("dropped", "outage"), (200, "ok")]
+    with FakeOpenAIServer(faults=Faults(outage_after=1, outage="refuse")) as server:
+        assert _post_chat(server.base_url) == 200
+        with pytest.raises(http.client.RemoteDisconnected):  # the request that began the outage
+            _post_chat(server.base_url)
+        with pytest.raises(urllib.error.URLError) as refused:  # the port no longer listens
+            _post_chat(server.base_url)
+        assert isinstance(refused.value.reason, ConnectionRefusedError)
+        server.set_faults(outage_after=None)  # listens again, on the same port
+        assert _post_chat(server.base_url) == 200 and len(server.requests) == 3
+    with pytest.raises(ValueError, match="outage"):
+        Faults(outage="explode")
 
 
 def test_subprocess_server_with_admin_api():

@@ -17,7 +17,11 @@ OpenAI's own API, or the fake server of the tests) with `openai.AsyncOpenAI` and
 - bounds each call, its retries and repairs included, by `llm.call_deadline_s`, and by an
   optional absolute deadline of the caller (the encoder's per-conversation deadline);
 - never raises for a model or server fault: it returns `LLMResult(parsed=None, error=...)` so
-  the caller can degrade (the encoder then writes rule-based fallback records).
+  the caller can degrade (the encoder then writes rule-based fallback records);
+- keeps a circuit breaker (`CircuitBreaker`): after `llm.breaker_failures` transient failures in
+  a row it stops sending, and every call fails at once (`transient=True`, no request) until a
+  probe after `llm.breaker_cooldown_s` gets an answer. The encoder then records the conversation
+  `pending` (redone by the next run) instead of degrading what is left of the archive.
 
 The API key is read from the environment variable that the config names and is never logged
 or put into an error message.
@@ -83,10 +87,72 @@ class LLMResult:
     usage: Usage
     error: str | None  # short reason when parsed is None (the last one when repairs also failed)
     raw: str | None  # text of the last reply, when there was one
+    # the failure may pass by itself: the endpoint was unreachable, timed out or throttled after
+    # the openai client's retries, or the circuit breaker was open (then no request was sent)
+    transient: bool = False
 
     @property
     def ok(self) -> bool:
         return self.parsed is not None
+
+
+class CircuitBreaker:
+    """Stops calls to an endpoint that keeps failing transiently (closed -> open -> half-open).
+
+    Closed: every request goes out; `failure()` counts transient failures in a row, `success()`
+    (any answer from the server, even an invalid reply or a 401) resets the count. At `limit`
+    it opens: `allow()` refuses every request. After `cooldown_s` one probe is allowed (half-open):
+    an answer closes the breaker, a failure opens it for another `cooldown_s`. State lives in
+    one client on one event loop at a time, so no lock. `trips` counts the openings, so a caller
+    can tell that the breaker opened while its own work was under way.
+    """
+
+    def __init__(self, limit: int, cooldown_s: float, endpoint: str, clock: Callable[[], float] = time.monotonic):
+        self.limit, self.cooldown_s, self.endpoint = limit, cooldown_s, endpoint
+        self.clock = clock  # a test passes its own, so the cooldown needs no sleeping
+        self.consecutive = 0
+        self.trips = 0
+        self.last_error = ""
+        self._opened_at: float | None = None
+        self._probing = False
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened_at is not None
+
+    def allow(self) -> bool:
+        """Whether a request may be sent now (claims the probe when one is due)."""
+        if self._opened_at is None:
+            return True
+        if self._probing or self.clock() - self._opened_at < self.cooldown_s:
+            return False
+        self._probing = True
+        return True
+
+    def success(self) -> None:
+        if self._opened_at is not None:
+            log.warning("LLM endpoint %s answered again: circuit breaker closed", self.endpoint)
+        self.consecutive, self._opened_at, self._probing = 0, None, False
+
+    def failure(self, reason: str) -> None:
+        self.consecutive += 1
+        self.last_error = reason
+        if self._probing or (self._opened_at is None and self.consecutive >= self.limit):
+            if self._opened_at is None:
+                self.trips += 1
+                log.error("LLM endpoint %s: circuit breaker open after %d transient failures in a row (last: %s); "
+                          "calls fail at once, next probe in %g s", self.endpoint, self.consecutive, reason, self.cooldown_s)
+            self._opened_at = self.clock()
+        self._probing = False
+
+    def refusal(self) -> str:
+        """The error of a call refused while open: one sentence naming the endpoint and why."""
+        wait = max(0.0, self.cooldown_s - (self.clock() - (self._opened_at or self.clock())))
+        return (
+            f"circuit breaker open: the LLM endpoint {self.endpoint} failed {self.consecutive} times in a row "
+            f"(last: {self.last_error}); no request sent, next probe in {wait:.0f} s "
+            f"(llm.breaker_failures={self.limit}, llm.breaker_cooldown_s={self.cooldown_s:g})"
+        )[:_ERROR_CHARS]
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,6 +191,8 @@ class LLMClient:
                 )
             key = "EMPTY"  # vLLM and other local servers accept any key
         self._api_key = key
+        # one breaker per client, across event loops: an endpoint that is down stays down
+        self.breaker = CircuitBreaker(cfg.breaker_failures, cfg.breaker_cooldown_s, endpoint_name(cfg.base_url))
         self._loop_ref: weakref.ref | None = None
         self._client: openai.AsyncOpenAI | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -179,6 +247,7 @@ class LLMClient:
         convo = list(messages)
         raw: str | None = None
         error = "no call made"
+        transient = False
         end, which = self._call_end(deadline)
         for attempt in range(1 + self.cfg.repair_retries):
             try:
@@ -189,10 +258,10 @@ class LLMClient:
                     self._complete(convo, response_format, max_tokens, usage, tag, attempt), remaining
                 )
             except asyncio.TimeoutError:
-                error = f"{which} passed before a usable reply (attempt {attempt + 1})"
+                error, transient = f"{which} passed before a usable reply (attempt {attempt + 1})", True
                 break
             if reply.error is not None:  # transport/server fault: openai already retried it
-                error = reply.error
+                error, transient = reply.error, reply.transient
                 break
             raw = reply.text
             parsed, error = _parse(reply.text, reply.finish_reason, output_model, validate)
@@ -204,7 +273,7 @@ class LLMClient:
             convo = list(messages) + _repair_messages(reply.text, error)
         usage.failures += 1
         log.warning("llm[%s] giving up: %s", tag, error)
-        return LLMResult(parsed=None, usage=usage, error=error, raw=raw)
+        return LLMResult(parsed=None, usage=usage, error=error, raw=raw, transient=transient)
 
     def _call_end(self, deadline: float | None) -> tuple[float, str]:
         """(monotonic end of this call, the deadline's name for the error message)."""
@@ -217,6 +286,8 @@ class LLMClient:
         self, convo: list[dict], response_format: dict, max_tokens: int, usage: Usage, tag: str, attempt: int
     ) -> "_Reply":
         client, semaphore = self._bound()
+        if not self.breaker.allow():
+            return _Reply(text="", finish_reason=None, error=self.breaker.refusal(), transient=True)
         usage.calls += 1
         try:
             async with semaphore:
@@ -231,7 +302,16 @@ class LLMClient:
         except openai.OpenAIError as exc:
             reason = self._redact(_describe_api_error(exc, self.cfg.max_retries))
             log.warning("llm[%s] request failed (attempt %d): %s", tag, attempt + 1, reason)
-            return _Reply(text="", finish_reason=None, error=reason)
+            transient = is_transient(exc)
+            if transient:
+                self.breaker.failure(reason)
+            else:  # the server answered (a 400, a 401): it is up, the request was wrong
+                self.breaker.success()
+            return _Reply(text="", finish_reason=None, error=reason, transient=transient)
+        except BaseException:  # a deadline cancelled the wait (or a bug): no answer came
+            self.breaker.failure("no reply before the deadline")
+            raise
+        self.breaker.success()
         _add_usage(usage, getattr(resp, "usage", None))
         choices = getattr(resp, "choices", None) or []
         if not choices or choices[0].message is None:
@@ -253,6 +333,22 @@ class _Reply:
     text: str
     finish_reason: str | None
     error: str | None
+    transient: bool = False
+
+
+def endpoint_name(base_url: str | None) -> str:
+    """The endpoint as errors name it: `llm.base_url` with any credentials masked."""
+    return mask_url(base_url) if base_url else "https://api.openai.com/v1 (llm.base_url unset)"
+
+
+def is_transient(exc: openai.OpenAIError) -> bool:
+    """A failure that may pass by itself: what the openai client retries (connection errors,
+    timeouts, 408/409/429/5xx), still failing after its retries. 4xx errors are permanent."""
+    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError is one too
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    return False
 
 
 def _add_usage(usage: Usage, raw_usage: Any) -> None:
@@ -317,6 +413,6 @@ def _describe_api_error(exc: openai.OpenAIError, max_retries: int) -> str:
     if isinstance(exc, openai.APIConnectionError):
         return f"{kind}: cannot reach the server (after {max_retries} retries)"
     if isinstance(exc, openai.APIStatusError):
-        retried = f" (after {max_retries} retries)" if exc.status_code in (408, 409, 429) or exc.status_code >= 500 else ""
+        retried = f" (after {max_retries} retries)" if is_transient(exc) else ""
         return f"{kind}: HTTP {exc.status_code}{retried}: {exc.message}"[:_ERROR_CHARS]
     return f"{kind}: {exc}"[:_ERROR_CHARS]

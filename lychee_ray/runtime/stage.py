@@ -43,7 +43,7 @@ class Resources:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     num_actors: int | None = None  # None: stateless tasks; N: a pool of N actors keeping setup() state
-    batch_size: int = 8
+    batch_size: int | None = 8  # None: the whole block (Ray Data's meaning)
 
 
 class TransientError(RuntimeError):
@@ -140,9 +140,13 @@ class AsyncStage(Stage[Item]):
 
 
 def mark_failed(conv, stage: str, exc: BaseException) -> None:
-    conv.status = "pending" if isinstance(exc, TransientError) else "error"
+    transient = isinstance(exc, TransientError)
+    conv.status = "pending" if transient else "error"
     conv.error = f"{stage}: {type(exc).__name__}: {exc}"
-    log.error("conversation %s failed in %s: %s", conv.conversation_id, stage, conv.error, exc_info=exc)
+    if transient:  # expected in an outage, for every conversation in flight: one line, no traceback
+        log.warning("conversation %s is pending after %s: %s", conv.conversation_id, stage, conv.error)
+    else:
+        log.error("conversation %s failed in %s: %s", conv.conversation_id, stage, conv.error, exc_info=exc)
 
 
 def add_seconds(item, stage: str, seconds: float) -> None:

@@ -20,8 +20,10 @@ previous request's (a stand-in for vLLM's prefix cache). A reply longer than the
 
 Faults (latency, 429, 500, hang past the client's timeout, truncated JSON, schema-invalid
 JSON, 401 echoing the key; for embeddings "invalid" drops the reply's last vector) come from a deterministic schedule or seeded probabilities, set at
-start and changeable at runtime (`server.set_faults(...)` or `POST /admin/faults`). Every
-request is recorded (`server.requests`, `server.total_usage()`, `server.max_concurrency`).
+start and changeable at runtime (`server.set_faults(...)` or `POST /admin/faults`). An outage
+(`outage_after`) stops all answers after N requests: connections closed without a reply, or
+refused (the server stops listening) until the outage is lifted. Every request that reaches the
+server is recorded (`server.requests`, `server.total_usage()`, `server.max_concurrency`).
 
 In a test: `with FakeOpenAIServer() as server: LLMConfig(base_url=server.base_url, ...)`; the
 server runs on its own loop in a background thread and is reachable from other processes
@@ -59,6 +61,7 @@ from aiohttp import web
 from lychee_ray.tokens import count_tokens, truncate_to_tokens
 
 FAULT_KINDS = ("ok", "429", "500", "hang", "truncate", "invalid", "auth")
+OUTAGE_KINDS = ("close", "refuse")
 _TURN_LINE = re.compile(r"^\s*\[(?P<tid>[^\]\s]+)\]\s+(?P<speaker>[^:\n(]+?)\s*(?:\((?P<when>[^)\n]*)\))?\s*:\s*(?P<text>.+?)\s*$")
 _ISO_DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})")
 _CAPITALIZED = re.compile(r"\b[A-Z][a-zA-Z]+\b")
@@ -86,11 +89,22 @@ class Faults:
     seed: int = 0
     hang_s: float = 600.0  # a hang sleeps this long (the client's timeout fires first)
     retry_after_ms: int | None = 20  # sent with 429/500 so the client's backoff stays short in tests
+    # Outage: after this many chat/embeddings requests (counted from when the faults were last
+    # set) nothing is answered. "close": each later request's connection is closed without a
+    # reply (recorded with status "dropped"); "refuse": the same, and the server stops listening,
+    # so new connections are refused. None: no outage; setting it back to None ends one (and the
+    # server listens again on the same port).
+    outage_after: int | None = None
+    outage: str = "close"
 
     def __post_init__(self):
         bad = [k for k in self.schedule if k not in FAULT_KINDS]
         if bad:
             raise ValueError(f"unknown fault kinds {bad}; expected {FAULT_KINDS}")
+        if self.outage not in OUTAGE_KINDS:
+            raise ValueError(f"unknown outage kind {self.outage!r}; expected one of {OUTAGE_KINDS}")
+        if self.outage_after is not None and self.outage_after < 0:
+            raise ValueError(f"outage_after must be >= 0 or None, got {self.outage_after}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,6 +423,8 @@ class FakeOpenAIServer:
         self._in_flight = 0
         self._max_concurrency = 0
         self._last_system = ""
+        self._answered = 0  # requests let through since the faults were set (the outage counts them)
+        self._site: web.SockSite | None = None  # None while a "refuse" outage keeps the port closed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -468,7 +484,8 @@ class FakeOpenAIServer:
         # handler_cancellation: a hung handler ends when the client gives up on it.
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
+        self._site = web.SockSite(self._runner, sock)
+        await self._site.start()
         self._started.set()
 
     def stop(self) -> None:
@@ -492,7 +509,9 @@ class FakeOpenAIServer:
             new = faults if faults is not None else Faults(**{**asdict(self._faults), **changes})
             self._faults = new
             self._rng = random.Random(new.seed)
-            return copy.deepcopy(new)
+            self._answered = 0
+        self._sync_listening()
+        return copy.deepcopy(new)
 
     @property
     def faults(self) -> Faults:
@@ -531,6 +550,53 @@ class FakeOpenAIServer:
             {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "fake"}]}
         )
 
+    # ---- outage ------------------------------------------------------------------------------
+    def _outage(self) -> Faults | None:
+        """None when this request may be answered (it is counted), else the outage's faults."""
+        with self._lock:
+            f = self._faults
+            if f.outage_after is None or self._answered < f.outage_after:
+                self._answered += 1
+                return None
+            return copy.deepcopy(f)
+
+    async def _drop(self, request: web.Request, faults: Faults, record: dict) -> web.Response:
+        """No reply at all: the connection is closed under the client (which sees it end without
+        a response); under "refuse" the server also stops listening."""
+        record.update(fault="outage", status="dropped", t_end=time.time())
+        with self._lock:
+            self._requests.append(record)
+        if faults.outage == "refuse":
+            await self._listen(False)
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response(status=503)  # never sent: the connection is gone
+
+    async def _listen(self, on: bool) -> None:
+        """Start or stop accepting connections on the server's port (runs on the server loop)."""
+        if on == (self._site is not None):
+            return
+        if not on:
+            site, self._site = self._site, None
+            await site.stop()  # closes the listening socket; open connections stay until dropped
+            return
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self._site = web.SockSite(self._runner, sock)
+        await self._site.start()
+
+    def _sync_listening(self) -> None:
+        """After the faults change: listen unless a "refuse" outage has already begun."""
+        if self._loop is None:
+            return
+        with self._lock:
+            f = self._faults
+            on = not (f.outage == "refuse" and f.outage_after is not None and self._answered >= f.outage_after)
+        done = asyncio.run_coroutine_threadsafe(self._listen(on), self._loop)
+        if threading.current_thread() is not self._thread:  # from /admin/faults it runs on the loop: no wait
+            done.result(timeout=10)
+
     def _next_fault(self) -> tuple[str, Faults]:
         with self._lock:
             f = self._faults
@@ -549,7 +615,8 @@ class FakeOpenAIServer:
             messages = body["messages"]
         except (ValueError, KeyError, TypeError):
             return _error(400, "invalid_request_error", "body must be JSON with a messages list")
-        fault, faults = self._next_fault()
+        outage = self._outage()
+        fault, faults = ("outage", outage) if outage is not None else self._next_fault()
         rf = body.get("response_format") or {}
         js = rf.get("json_schema") or {}
         record = {
@@ -567,6 +634,8 @@ class FakeOpenAIServer:
             "t_start": time.time(),
             "t_end": None,
         }
+        if outage is not None:
+            return await self._drop(request, outage, record)
         return await self._tracked(record, faults, lambda: self._respond(body, messages, js, fault, faults, record))
 
     async def _respond(self, body: dict, messages: list[dict], js: dict, fault: str, faults: Faults, record: dict) -> web.Response:
@@ -644,7 +713,8 @@ class FakeOpenAIServer:
         dim = body.get("dimensions") or self.embedding_dim
         if not isinstance(dim, int) or dim <= 0:
             return _error(400, "invalid_request_error", f"dimensions must be a positive integer, got {dim!r}")
-        fault, faults = self._next_fault()
+        outage = self._outage()
+        fault, faults = ("outage", outage) if outage is not None else self._next_fault()
         record = {
             "endpoint": "embeddings",
             "messages": [],
@@ -663,6 +733,9 @@ class FakeOpenAIServer:
             "t_start": time.time(),
             "t_end": None,
         }
+        if outage is not None:
+            return await self._drop(request, outage, record)
+
         async def respond() -> web.Response:
             if fault in ("429", "500", "auth", "hang"):  # the same error replies as chat
                 return await self._respond(body, [], {}, fault, faults, record)
