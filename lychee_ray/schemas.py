@@ -8,13 +8,14 @@ made by an LLM are the same type.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-SCHEMA_VERSION = 3  # 3: records.stated_at; 2: LongMemEval sessions renamed s1, s2, ... in date order
+SCHEMA_VERSION = 4  # 4: turn content hashes, segment contexts (incremental ingest); 3: records.stated_at; 2: LongMemEval sessions renamed s1, s2, ... in date order
 # How a folder is recognised as a store: its manifest file and the format tag in it. Here, in the
 # core, because the store writes them and the input listing (io, below store) must skip a store.
 STORE_FORMAT = "lychee-ray-store"
@@ -70,6 +71,18 @@ class Turn:
     source_session_id: str | None = None
 
 
+def turn_content_hash(turn: Turn) -> str:
+    """What identifies a turn's content across runs: id, session, speaker, role, text and time.
+    A later run compares these to tell a grown conversation (same prefix) from an edited one."""
+    parts = (turn.turn_id, turn.session_id, turn.speaker, turn.role, turn.text, turn.timestamp or "")
+    return hashlib.sha1("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def turns_digest(hashes: list[str]) -> str:
+    """One hash over a conversation's turn hashes in order: equal digests, equal turns."""
+    return hashlib.sha1(f"{len(hashes)}:{','.join(hashes)}".encode()).hexdigest()[:20]
+
+
 @dataclass
 class Question:
     conversation_id: str
@@ -90,6 +103,9 @@ class Segment:
     n_tokens: int
     boundary_p: float  # p_t of the exchange that closed this segment (1.0 for the last segment)
     boundary_reason: str  # "threshold" | "token_cap" | "session" | "end"
+    # rho after this segment (d_k and the m newest records) as JSON, set by encode: a later run
+    # that finds the conversation grown resumes the encoder from it instead of from scratch
+    context_json: str | None = None
 
 
 @dataclass
@@ -138,7 +154,10 @@ class Conversation:
     source_file: str
     turns: list[Turn] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
-    status: str = "ok"  # ok | degraded | empty | error | duplicate
+    # ok | degraded (some segments are rules fallback records) | empty | error | duplicate |
+    # pending (the LLM endpoint failed transiently: nothing but its conversations and errors rows
+    # is committed, and the next run processes it whole)
+    status: str = "ok"
     error: str | None = None
     # filled by later stages
     exchanges: list[list[int]] = field(default_factory=list)  # turn indexes per exchange
@@ -154,6 +173,10 @@ class Conversation:
     entity_aliases: dict[str, str] = field(default_factory=dict)  # encode -> organize: alias -> name
     stats: BuildStats = field(default_factory=BuildStats)
     seconds: dict[str, float] = field(default_factory=dict)  # per stage name
+    # set when the store already holds a prefix of this conversation (incremental ingest): what
+    # the earlier run stored (`lychee_ray.store.prior.PriorState`), reused by every stage
+    prior: object = None
+    extended_at: str | None = None  # ISO time of the run that appended turns to a stored prefix
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,6 +290,8 @@ def table_schemas(dim: int) -> dict[str, pa.Schema]:
                 ("n_records", pa.int64()),
                 ("status", pa.string()),
                 ("error", pa.string()),
+                ("turns_digest", pa.string()),  # `turns_digest` of its turns: a grown prefix is found by it
+                ("extended_at", pa.timestamp("us", tz="UTC")),  # last run that appended turns; null: never
             ]
         ),
         "turns": pa.schema(
@@ -283,6 +308,7 @@ def table_schemas(dim: int) -> dict[str, pa.Schema]:
                 ("timestamp", pa.timestamp("s")),
                 ("has_answer", pa.bool_()),
                 ("segment_id", pa.string()),
+                ("content_hash", pa.string()),  # `turn_content_hash`: an edited turn changes it
                 ("embedding", emb),
             ]
         ),
@@ -298,6 +324,7 @@ def table_schemas(dim: int) -> dict[str, pa.Schema]:
                 ("n_tokens", pa.int64()),
                 ("boundary_p", pa.float64()),
                 ("boundary_reason", pa.string()),
+                ("context_json", pa.string()),  # Segment.context_json: rho after this segment
             ]
         ),
         "records": pa.schema(

@@ -30,6 +30,29 @@ class ReferenceContext:
         """rho_{k+1} = (d_k; the m most recent records)."""
         return ReferenceContext(state=out.state, recent=(self.recent + list(out.records))[-m:] if m else [])
 
+    def to_json(self) -> str:
+        """Stored with each segment (`Segment.context_json`) so a later run that finds the
+        conversation grown resumes from here instead of re-encoding what came before."""
+        return json.dumps(
+            {
+                "state": None if self.state is None else self.state.model_dump(mode="json"),
+                "recent": [r.model_dump(mode="json") for r in self.recent],
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | None) -> "ReferenceContext":
+        if not text:
+            return cls()
+        data = json.loads(text)
+        state = data.get("state")
+        return cls(
+            state=None if state is None else ResolutionState.model_validate(state),
+            recent=[EncodedRecord.model_validate(r) for r in data.get("recent", [])],
+        )
+
     def render(self, budget_tokens: int, counter: TokenCounter | None = None) -> str:
         """Text of rho_k within `budget_tokens` as `counter` counts them (the configured
         tokenizer; None: o200k): the state first (it resolves references), then as many of the

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from lychee_ray.config import EmbeddingConfig
 from lychee_ray.embedding import Embedder
 from lychee_ray.runtime.stage import (
@@ -19,6 +21,13 @@ from lychee_ray.runtime.stage import (
     mark_failed,
 )
 from lychee_ray.schemas import Conversation
+from lychee_ray.store.prior import PriorState
+
+
+def stored_turns(conv: Conversation) -> int:
+    """How many leading turns the store already embedded (a grown conversation), else 0."""
+    return conv.prior.n_turns if isinstance(conv.prior, PriorState) else 0
+
 
 # --------------------------------------------------------------------------------------------
 # Pipeline stage
@@ -27,7 +36,8 @@ from lychee_ray.schemas import Conversation
 
 class EmbedTurnsStage(Stage[Conversation]):
     """Embeds every turn of a batch of conversations in one encode() call (large batches keep
-    the model busy), then hands each conversation its slice."""
+    the model busy; a text repeated in the batch is embedded once), then hands each
+    conversation its slice."""
 
     name = "embed"
 
@@ -42,16 +52,26 @@ class EmbedTurnsStage(Stage[Conversation]):
 
     def process_batch(self, convs):
         live = [c for c in convs if c.status not in PASS_THROUGH]
+        new_turns = [c.turns[stored_turns(c):] for c in live]
         start = time.perf_counter()
         try:
-            per_conv = self.embedder.encode_groups([[t.text for t in c.turns] for c in live])
+            per_conv = self.embedder.encode_groups([[t.text for t in turns] for turns in new_turns])
         except Exception as exc:
             for c in live:
                 mark_failed(c, self.name, exc)
             return convs
         seconds = time.perf_counter() - start
-        n_texts = max(1, sum(len(c.turns) for c in live))
-        for c, vecs in zip(live, per_conv):
-            c.turn_embeddings = vecs
-            add_seconds(c, self.name, seconds * len(c.turns) / n_texts)
+        self._count([t.text for turns in new_turns for t in turns])
+        n_texts = max(1, sum(len(turns) for turns in new_turns))
+        for c, turns, vecs in zip(live, new_turns, per_conv):
+            # a grown conversation keeps the stored vectors of its unchanged prefix
+            c.turn_embeddings = vecs if len(turns) == len(c.turns) else np.vstack([c.prior.turn_embeddings, vecs])
+            add_seconds(c, self.name, seconds * len(turns) / n_texts)
         return convs
+
+    def _count(self, texts: list[str]) -> None:
+        """Stage stats: a turn text repeated in the batch ("ok", "haha") is embedded once."""
+        embedded = len(set(texts))
+        self.stat_update("texts_asked", len(texts))
+        self.stat_update("texts_embedded", embedded)
+        self.stat_update("texts_deduplicated", len(texts) - embedded)

@@ -11,6 +11,9 @@ A call that still fails after the client's retries and one repair gets `rules` r
 `degraded=true`; the failure is counted in build_stats, its reason is an `errors` row (kind
 `llm_failure`), and encoding goes on. Nothing is lost. One conversation's encode is bounded by
 `llm.conversation_deadline_s`: past it, the remaining segments degrade the same way at once.
+An outage is different: when the client's circuit breaker opens while a conversation is encoded
+(`llm.breaker_failures` transient failures in a row), that conversation stops, keeps nothing and
+is `pending`, to be encoded whole by the next run; it is not degraded.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import time
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.ingest.context import ReferenceContext
+from lychee_ray.ingest.resume import prior_cost, resume_point
 from lychee_ray.io.readers.common import ErrorEntry
 from lychee_ray.llm.client import LLMClient, run_closing
 from lychee_ray.llm.prompts import encode_messages
 from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.redact import redact
 from lychee_ray.rules.encoder import RulesEncoder
-from lychee_ray.runtime.stage import AsyncStage, Resources
+from lychee_ray.runtime.stage import AsyncStage, Resources, TransientError
 from lychee_ray.schemas import (
     BuildStats,
     Conversation,
@@ -89,6 +93,12 @@ def check_sources(valid_turn_ids: list[str]):
     return validate
 
 
+def add_prior_cost(totals: BuildStats, prior: dict) -> None:
+    """build_stats is what a conversation cost in all: a grown one adds the stored prefix's cost."""
+    for name in ("llm_calls", "llm_failures", "prompt_tokens", "completion_tokens", "cached_tokens", "est_prompt_tokens", "est_completion_tokens"):
+        setattr(totals, name, getattr(totals, name) + int(prior.get(name) or 0))
+
+
 def llm_failure_row(conv: Conversation, seg: Segment, error: str) -> dict:
     """The `errors` row that says why a segment was degraded (kind llm_failure)."""
     message = redact(f"segment {seg.segment_id} fell back to rules records (degraded): {error}")
@@ -135,16 +145,19 @@ class EncodeStage(AsyncStage[Conversation]):
 
     async def process_async(self, conv: Conversation) -> None:
         enc = self.cfg.encoder
-        ctx = ReferenceContext()
+        # a grown conversation resumes after the segments the store already holds unchanged
+        start, ctx, conv.records, aliases, reused_degraded = resume_point(conv)
         totals = BuildStats(encode_units=len(conv.segments), backend=self.cfg.llm.backend, model=self.backend_label, encode_mode=enc.mode)
-        aliases: dict[str, str] = {}
-        conv.records = []
+        totals.degraded_segments = reused_degraded
         deadline = time.monotonic() + self.cfg.llm.conversation_deadline_s
-        for seg in conv.segments:
+        trips = self.client.breaker.trips if self.client is not None else 0
+        for seg in conv.segments[start:]:
             turns = [conv.turns[i] for i in seg.turn_idxs]
             use_ctx = ctx if enc.use_context else ReferenceContext()
             out, failure = await self._encode_segment(conv.conversation_id, seg, turns, use_ctx, totals, deadline)
             degraded = failure is not None
+            if degraded and self._outage_since(trips):
+                break  # the endpoint is down: the rest would fail at once; pending below
             if degraded:
                 conv.errors.append(llm_failure_row(conv, seg, failure))
             conv.records.extend(
@@ -154,11 +167,32 @@ class EncodeStage(AsyncStage[Conversation]):
                 for alias in ent.aliases:
                     aliases[alias.lower()] = ent.name
             ctx = ctx.advance(out, enc.context_records)
+            seg.context_json = ctx.to_json()
+        self._pending_on_outage(conv, totals, trips)
+        add_prior_cost(totals, prior_cost(conv))
         conv.stats = totals
         conv.entity_aliases = aliases
         if totals.degraded_segments and conv.status == "ok":
             conv.status = "degraded"
             conv.error = f"{totals.degraded_segments} of {len(conv.segments)} segments fell back to rules records"
+
+    def _outage_since(self, trips: int) -> bool:
+        """Whether the client's circuit breaker is open, or opened since it had `trips` openings."""
+        return self.client is not None and (self.client.breaker.is_open or self.client.breaker.trips != trips)
+
+    def _pending_on_outage(self, conv: Conversation, totals: BuildStats, trips: int) -> None:
+        """An outage is no fault of the conversation: if the breaker opened while it was encoded
+        and a segment failed, none of it is kept (its failures may be the outage's too). The
+        conversation is `pending` (the writer commits no segments or records of it), the next run
+        encodes it whole, and nothing is marked degraded."""
+        if not (totals.llm_failures and self._outage_since(trips)):
+            return
+        conv.stats = totals  # the calls it made are still counted in the run summary
+        breaker = self.client.breaker
+        raise TransientError(
+            f"the LLM endpoint {breaker.endpoint} became unavailable while this conversation was encoded "
+            f"({breaker.consecutive} transient failures in a row, last: {breaker.last_error}); pending, the next run encodes it whole"
+        )
 
     async def _encode_segment(
         self, conv_id: str, seg: Segment, turns: list[Turn], ctx: ReferenceContext, totals: BuildStats, deadline: float

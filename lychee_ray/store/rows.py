@@ -8,12 +8,14 @@ NULL plus an `errors` row; embeddings go into Arrow in one bulk copy of a flat f
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
 
 from lychee_ray.dates import parse_iso_date, parse_iso_timestamp
-from lychee_ray.schemas import Conversation, table_schemas
+from lychee_ray.io.readers.common import SKIP_KINDS
+from lychee_ray.schemas import Conversation, table_schemas, turn_content_hash, turns_digest
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,6 +88,7 @@ def _turn_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dict]
                 "timestamp": _parse_timestamp(turn.timestamp, conv, f"turns[{pos}].timestamp", problems),
                 "has_answer": turn.has_answer,
                 "segment_id": segment_of.get(pos),
+                "content_hash": turn_content_hash(turn),
                 "embedding": _vec(emb, pos),
             }
         )
@@ -108,6 +111,7 @@ def _segment_rows(conv: Conversation) -> list[dict]:
                 "n_tokens": seg.n_tokens,
                 "boundary_p": seg.boundary_p,
                 "boundary_reason": seg.boundary_reason,
+                "context_json": seg.context_json,
             }
         )
     return rows
@@ -157,6 +161,8 @@ def _turn_days(conv: Conversation) -> dict:
 def _node_rows(conv: Conversation, dim: int) -> list[dict]:
     cid = conv.conversation_id
     emb = _embedding_matrix(conv.node_embeddings, len(conv.nodes), dim, "node_embeddings", cid)
+    # organize gives time and event-frame nodes a NaN row: no vector, stored as a NULL embedding
+    unembedded = np.zeros(len(conv.nodes), bool) if emb is None else np.isnan(emb).all(axis=1)
     return [
         {
             "conversation_id": cid,
@@ -164,7 +170,7 @@ def _node_rows(conv: Conversation, dim: int) -> list[dict]:
             "kind": node["kind"],
             "name": node["name"],
             "n_records": node.get("n_records"),
-            "embedding": _vec(emb, i),
+            "embedding": None if unembedded[i] else _vec(emb, i),
         }
         for i, node in enumerate(conv.nodes)
     ]
@@ -229,7 +235,7 @@ def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
     records = _record_rows(conv, dim, problems)
     questions = _question_rows(conv, problems)
     sessions = {t.session_id for t in conv.turns}
-    return {
+    rows = {
         "conversations": [
             {
                 "conversation_id": conv.conversation_id,
@@ -243,6 +249,8 @@ def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
                 "n_records": len(conv.records),
                 "status": conv.status,
                 "error": conv.error,
+                "turns_digest": turns_digest([turn_content_hash(t) for t in conv.turns]),
+                "extended_at": datetime.fromisoformat(conv.extended_at) if conv.extended_at else None,
             }
         ],
         "turns": turns,
@@ -257,6 +265,54 @@ def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
         "questions": questions,
         "errors": _errors_rows(conv, problems, schemas["errors"]),
     }
+    return _withheld(conv, rows, schemas["errors"]) if is_withheld(conv) else rows
+
+
+def is_withheld(conv: Conversation) -> bool:
+    """A `pending` conversation (the LLM endpoint failed while it was encoded) commits no work."""
+    return conv.status == "pending"
+
+
+def _withheld(conv: Conversation, rows: dict[str, list[dict]], errors_schema: pa.Schema) -> dict[str, list[dict]]:
+    """What a pending conversation commits: its `conversations` row (0 segments, 0 records) and
+    the reader's `errors` rows, nothing partial. Its turns are not stored either, only counted
+    in that row's n_turns: stored turns without records would be searched as a conversation, and
+    a stored prefix would look to the next run like a conversation to extend, when it must be
+    encoded whole. Its llm_failure rows go too: they describe segments that were not kept."""
+    (row,) = rows["conversations"]
+    row.update(n_segments=0, n_records=0, turns_digest=None)
+    kept: dict[str, list[dict]] = {table: [] for table in rows}
+    kept["conversations"] = [row]
+    kept["errors"] = [e for e in _errors_rows(conv, [], errors_schema) if e["kind"] != "llm_failure"]
+    return kept
+
+
+# --------------------------------------------------------------------------------------------
+# Turn accounting (the conservation line of the ingest summary)
+# --------------------------------------------------------------------------------------------
+# `errors` kinds that each stand for one turn a reader saw and did not keep (plus missing_field
+# on a turn's `.text`: a turn with no text); kinds that stand for rows whose turns were counted
+# but withheld (n_turns of that conversations row).
+DROPPED_TURN_KINDS = ("bad_turn", *SKIP_KINDS)
+DROPPED_TURN_SQL = "(kind IN ({}) OR (kind = 'missing_field' AND field LIKE '%.text'))".format(", ".join(f"'{k}'" for k in DROPPED_TURN_KINDS))
+WITHHOLDING_KINDS = {
+    "duplicate_id": "in duplicate rows",
+    "changed_history": "in changed-history rows",
+    "extend_failed": "in rows of failed extensions",
+}
+
+
+def is_dropped_turn(row: dict) -> bool:
+    """Python twin of DROPPED_TURN_SQL, for rows not yet written."""
+    return row["kind"] in DROPPED_TURN_KINDS or (row["kind"] == "missing_field" and (row.get("field") or "").endswith(".text"))
+
+
+def turns_in(conv: Conversation) -> int:
+    """The turns the read stage saw in this conversation: those it passed on (or, in a copy
+    whose turns are withheld, `n_input_turns`) plus those it dropped one by one. A turn split
+    into k parts (kind turn_split) is k turns here as in the turns table."""
+    kept = conv.n_input_turns if conv.n_input_turns is not None else len(conv.turns)
+    return kept + sum(1 for e in conv.errors if is_dropped_turn(e))
 
 
 def _embedding_array(vectors: Sequence, dim: int) -> pa.FixedSizeListArray:

@@ -56,7 +56,7 @@ from lychee_ray.store.manifest import (
     write_json,
 )
 from lychee_ray.store.reader import open_store
-from lychee_ray.store.rows import conversation_rows, rows_to_table
+from lychee_ray.store.rows import DROPPED_TURN_SQL, WITHHOLDING_KINDS, conversation_rows, is_withheld, rows_to_table
 
 log = logging.getLogger(__name__)
 STORE_ID_KEY = b"lychee_ray.store_id"  # Parquet footer key: the store that wrote the part
@@ -172,17 +172,53 @@ class StoreWriter:
 
 
 def _summary(conv: Conversation) -> dict:
+    """What the run summary adds up: counts as committed (a pending conversation commits no
+    segments or records) and what the conversation cost."""
     stats = conv.stats
+    withheld = is_withheld(conv)
     return {
         "conversation_id": conv.conversation_id,
         "status": conv.status,
         "n_turns": len(conv.turns),
-        "n_segments": len(conv.segments),
-        "n_records": len(conv.records),
+        "n_segments": 0 if withheld else len(conv.segments),
+        "n_records": 0 if withheld else len(conv.records),
         "llm_calls": int(stats.llm_calls),
         "prompt_tokens": int(stats.prompt_tokens),
         "completion_tokens": int(stats.completion_tokens),
     }
+
+
+def turn_accounts(out_dir: str, batch_ids: Iterable[str], *, filesystem: pafs.FileSystem | None = None) -> dict[str, int]:
+    """Where the store put the turns of the conversations that the batches `batch_ids` committed
+    (one run's batches; rows a later commit redid are not theirs any more): `stored` (turns
+    rows), `errors` (rows that each name a turn a reader dropped), one entry per
+    WITHHOLDING_KINDS kind (n_turns of rows whose turns were counted, not stored: duplicate
+    copies, changed histories) and `pending` (n_turns of pending rows)."""
+    fs, base = resolve_uri(out_dir, filesystem)
+    wanted = set(batch_ids)
+    owner: dict[str, str] = {}
+    for commit in load_commits(fs, base):  # oldest first: the last commit of an id owns it
+        for conv in commit["conversations"]:
+            owner[conv["conversation_id"]] = commit["batch_id"]
+    ids = pa.table({"conversation_id": pa.array([cid for cid, b in owner.items() if b in wanted], pa.string())})
+    with open_store(out_dir, filesystem=filesystem) as store:
+        store.con.register("run_ids", ids)
+        mine = "conversation_id IN (SELECT conversation_id FROM run_ids)"
+
+        def one(sql: str) -> int:
+            return int(store.con.execute(sql).fetchone()[0] or 0)
+
+        accounts = {
+            "stored": one(f"SELECT count(*) FROM turns WHERE {mine}"),
+            "errors": one(f"SELECT count(*) FROM errors WHERE {mine} AND {DROPPED_TURN_SQL}"),
+            "pending": one(f"SELECT sum(n_turns) FROM conversations WHERE {mine} AND status = 'pending'"),
+        }
+        for kind in WITHHOLDING_KINDS:
+            accounts[kind] = one(
+                f"SELECT sum(n_turns) FROM conversations WHERE {mine} AND conversation_id IN "
+                f"(SELECT conversation_id FROM errors WHERE kind = '{kind}')"
+            )
+    return accounts
 
 
 def store_id_of(fs: pafs.FileSystem, base: str) -> str | None:
