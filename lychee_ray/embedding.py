@@ -13,6 +13,10 @@ of two backends, chosen by `embedding.backend`:
   with backoff by the openai client itself; `Embedder.usage` counts requests, texts and the
   reply's prompt tokens. The API key is read from the variable `api_key_env` names and never
   logged or put in an error message.
+
+A text that occurs more than once in one `encode` call is embedded once (its vector is copied to
+every place it occurs). `VectorCache` keeps vectors across calls for texts that recur across
+conversations (organize's node names), bounded by an LRU.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,8 +68,9 @@ class EmbeddingUsage:
     """What an `Embedder` was asked for, summed over its life."""
 
     requests: int = 0  # HTTP requests answered (the client's own retries not counted); 0 for a local model
-    texts: int = 0  # input texts embedded
+    texts: int = 0  # distinct texts embedded (what the model or endpoint was sent)
     prompt_tokens: int = 0  # as the endpoint's replies report them; 0 for a local model
+    duplicates: int = 0  # repeats of a text within one call, served from its single vector
 
 
 class _SentenceTransformerBackend:
@@ -207,14 +214,17 @@ class Embedder:
         self.dim = self.backend.dim
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """One vector per text, in order; each distinct text is sent to the model once."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs, requests, tokens = self.backend.encode(list(texts))
+        unique, where = distinct_texts(texts)
+        vecs, requests, tokens = self.backend.encode(unique)
         with self._usage_lock:
             self.usage.requests += requests
-            self.usage.texts += len(texts)
+            self.usage.texts += len(unique)
+            self.usage.duplicates += len(texts) - len(unique)
             self.usage.prompt_tokens += tokens
-        return vecs
+        return vecs if len(unique) == len(texts) else vecs[where]
 
     def encode_groups(self, groups: list[list[str]]) -> list[np.ndarray]:
         """Embed many small lists in ONE encode() call (large batches keep the model busy), then
@@ -222,3 +232,48 @@ class Embedder:
         vecs = self.encode([text for group in groups for text in group])
         bounds = np.cumsum([0] + [len(g) for g in groups])
         return [vecs[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def distinct_texts(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """(distinct texts in first-seen order, for each input the index of its text in that list)."""
+    index: dict[str, int] = {}
+    where = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64, count=len(texts))
+    return list(index), where
+
+
+class VectorCache:
+    """text -> vector across encode calls, least recently used dropped beyond `max_entries`.
+
+    Organize names the same topics and people in conversation after conversation; one actor
+    embeds such a name once instead of once per conversation. Vectors are read-only views."""
+
+    def __init__(self, max_entries: int):
+        self.max_entries = max_entries
+        self._vecs: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._vecs)
+
+    def split(self, texts: Sequence[str]) -> tuple[dict[str, np.ndarray], list[str]]:
+        """(vectors of the cached texts among `texts`, the distinct texts not cached, in order)."""
+        found: dict[str, np.ndarray] = {}
+        missing: dict[str, None] = {}
+        for text in texts:
+            if text in found or text in missing:
+                continue
+            vec = self._vecs.get(text)
+            if vec is None:
+                missing[text] = None
+            else:
+                self._vecs.move_to_end(text)
+                found[text] = vec
+        return found, list(missing)
+
+    def add(self, texts: Sequence[str], vecs: np.ndarray) -> None:
+        for text, vec in zip(texts, vecs):
+            vec = np.array(vec, dtype=np.float32)  # a copy: a row view would pin the whole batch matrix
+            vec.flags.writeable = False
+            self._vecs[text] = vec
+            self._vecs.move_to_end(text)
+        while len(self._vecs) > self.max_entries:
+            self._vecs.popitem(last=False)

@@ -7,21 +7,28 @@ Node kinds (DESIGN.md):
 - time: a day bucket (YYYY-MM-DD) and a month bucket (YYYY-MM) per normalized record time;
 - event_frame: a session plus a local window of turns, grouping what was said together.
 
-Every record links to its nodes through `record_nodes` edges. Records and node names are then
-embedded with the same model as turns, in one batched call per stage batch.
+Every record links to its nodes through `record_nodes` edges. Records and the names of the
+`organize.vector_node_kinds` nodes (entity, topic, entity_topic) are then embedded with the same
+model as turns, in one batched call per stage batch; a name the actor embedded for an earlier
+conversation is taken from its cache. Time and event-frame nodes get no vector: retrieval finds
+them by date and by name.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter, defaultdict
 from datetime import date, timedelta
 
+import numpy as np
+
 from lychee_ray.config import EmbeddingConfig, OrganizeConfig
-from lychee_ray.embedding import Embedder
+from lychee_ray.embedding import Embedder, VectorCache
 from lychee_ray.names import display_form, normalize_name
-from lychee_ray.runtime.stage import PASS_THROUGH, Resources, Stage, mark_failed
+from lychee_ray.runtime.stage import PASS_THROUGH, Resources, Stage, add_seconds, mark_failed
 from lychee_ray.schemas import Conversation, MemoryRecord
+from lychee_ray.store.prior import PriorState
 
 MAX_DAY_SPAN = 14  # longer ranges get month nodes only: a day node per day would flood the index
 MAX_MONTH_SPAN = 24
@@ -130,9 +137,19 @@ def _materialize(cid, members, display, cfg: OrganizeConfig):
     return nodes, edges
 
 
+def _record_vectors(records: list[MemoryRecord], stored: dict[str, np.ndarray], fresh: list[MemoryRecord], vecs: np.ndarray) -> np.ndarray:
+    """[n_records, d] in record order: stored vectors by id, the just-embedded ones for the rest."""
+    new = {r.record_id: v for r, v in zip(fresh, vecs)}
+    if not records:
+        return np.zeros((0, vecs.shape[1]), dtype=np.float32)
+    return np.stack([new[r.record_id] if r.record_id in new else stored[r.record_id] for r in records]).astype(np.float32, copy=False)
+
+
 class OrganizeStage(Stage[Conversation]):
-    """Builds nodes per conversation, then embeds all record texts and node names of the batch
-    with one model (loaded once per actor)."""
+    """Builds nodes per conversation, then embeds the batch's record texts and the names of its
+    vector-kind nodes (`organize.vector_node_kinds`) in one call to one model (loaded once per
+    actor). Names this actor embedded before come from its `VectorCache`; repeats within the
+    batch are embedded once (`Embedder.encode`). Time and event-frame nodes get no vector."""
 
     name = "organize"
 
@@ -140,6 +157,8 @@ class OrganizeStage(Stage[Conversation]):
         self.cfg, self.emb_cfg = cfg, emb_cfg
         self.resources = Resources(num_cpus=1, num_gpus=emb_cfg.num_gpus_per_actor, num_actors=emb_cfg.num_actors, batch_size=emb_cfg.conversations_per_batch)
         self.embedder: Embedder | None = None
+        self.vector_kinds = frozenset(cfg.vector_node_kinds)
+        self.name_vectors = VectorCache(cfg.name_cache_entries)  # here, not in setup(): ablate sets `embedder` itself
 
     def setup(self) -> None:
         self.embedder = Embedder(self.emb_cfg)
@@ -150,13 +169,52 @@ class OrganizeStage(Stage[Conversation]):
     def process_batch(self, convs):
         convs = super().process_batch(convs)
         live = [c for c in convs if c.status not in PASS_THROUGH]
-        groups = [[r.text for r in c.records] for c in live] + [[n["name"] for n in c.nodes] for c in live]
+        start = time.perf_counter()
         try:
-            vecs = self.embedder.encode_groups(groups)
+            self._embed(live)
         except Exception as exc:
             for c in live:
                 mark_failed(c, self.name, exc)
             return convs
-        for c, rec_vecs, node_vecs in zip(live, vecs[: len(live)], vecs[len(live) :]):
-            c.record_embeddings, c.node_embeddings = rec_vecs, node_vecs
+        # the batch's one encode call, shared out by each conversation's texts (as embed does)
+        seconds, sizes = time.perf_counter() - start, [len(c.records) + len(c.nodes) for c in live]
+        for c, size in zip(live, sizes):
+            add_seconds(c, self.name, seconds * size / max(1, sum(sizes)))
         return convs
+
+    def _embed(self, live: list[Conversation]) -> None:
+        names = [n["name"] for c in live for n in c.nodes if n["kind"] in self.vector_kinds]
+        cached, missing = self.name_vectors.split(names)
+        # a grown conversation's reused records keep their stored vectors
+        stored = [c.prior.record_embeddings if isinstance(c.prior, PriorState) else {} for c in live]
+        fresh = [[r for r in c.records if r.record_id not in old] for c, old in zip(live, stored)]
+        groups = self.embedder.encode_groups([[r.text for r in recs] for recs in fresh] + [missing])
+        self.name_vectors.add(missing, groups[-1])
+        by_name = {**cached, **dict(zip(missing, groups[-1]))}
+        for c, old, recs, rec_vecs in zip(live, stored, fresh, groups[:-1]):
+            c.record_embeddings = rec_vecs if not old else _record_vectors(c.records, old, recs, rec_vecs)
+            c.node_embeddings = self._node_vectors(c.nodes, by_name)
+        self._count(live, fresh, names, cached, missing)
+
+    def _node_vectors(self, nodes: list[dict], by_name: dict[str, np.ndarray]) -> np.ndarray:
+        """[n_nodes, d]; a NaN row for a node of a kind without a vector: the store writes a
+        NULL embedding for it (`store.rows`), which vector search skips."""
+        mat = np.full((len(nodes), self.embedder.dim), np.nan, dtype=np.float32)
+        for i, node in enumerate(nodes):
+            if node["kind"] in self.vector_kinds:
+                mat[i] = by_name[node["name"]]
+        return mat
+
+    def _count(self, live, fresh, names, cached, missing) -> None:
+        """texts_asked = texts_embedded + texts_from_cache + texts_deduplicated (stage stats);
+        `fresh`: each conversation's records that needed a vector (not reused from the store)."""
+        records = [r.text for recs in fresh for r in recs]
+        embedded = len(set(records) | set(missing))
+        from_cache = sum(name in cached for name in names)
+        self.stat_update("texts_asked", len(records) + len(names))
+        self.stat_update("texts_embedded", embedded)
+        self.stat_update("texts_from_cache", from_cache)
+        self.stat_update("texts_deduplicated", len(records) + len(names) - embedded - from_cache)
+        self.stat_update("record_texts", len(records))
+        self.stat_update("node_names", len(names))
+        self.stat_update("nodes_without_vector", sum(len(c.nodes) for c in live) - len(names))

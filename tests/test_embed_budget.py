@@ -1,0 +1,201 @@
+"""Ingest embeds only what retrieval reads (issue 15): no vectors for time and event-frame nodes,
+node names embedded once per actor (an LRU across batches) and each distinct text once per call,
+with recall paths intact.
+
+Two views of the LoCoMo fixture with the rules backend and the real MiniLM: the shared store
+(the real Ray job) for what is stored and what retrieval finds, and the same stages run in this
+process, with the model's own encode spied on, for what was sent to the model."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from lychee_ray.config import OrganizeConfig
+from lychee_ray.embedding import Embedder, VectorCache
+from lychee_ray.ingest.embed import EmbedTurnsStage
+from lychee_ray.ingest.encode import EncodeStage
+from lychee_ray.ingest.organize import OrganizeStage
+from lychee_ray.ingest.segment import SegmentStage
+from lychee_ray.io.readers.files import read_file
+from lychee_ray.query.retrieve import Retriever
+from lychee_ray.rules.planner import RulesPlanner
+from lychee_ray.schemas import Conversation
+from lychee_ray.store.reader import open_store
+from lychee_ray.store.rows import conversation_rows, rows_to_table
+
+from .conftest import LOCOMO_PATH
+from .support.locomo_store import local_config
+
+NO_VECTOR = {"time", "event_frame"}
+ATOL = 1e-5  # the same text in another batch: equal up to float noise
+
+
+class SpiedEmbedder(Embedder):
+    """The real Embedder, with every list its model is asked to embed recorded."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.sent: list[list[str]] = []
+        inner = self.backend.encode
+
+        def spy(texts):
+            self.sent.append(list(texts))
+            return inner(texts)
+
+        self.backend.encode = spy
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return SpiedEmbedder(local_config().embedding)
+
+
+@pytest.fixture(scope="module")
+def organized(embedder):
+    """The fixture through read -> embed -> segment -> encode (rules) in this process, then
+    organize one conversation per batch on one stage (one actor): (conversations, stage, what
+    the model was sent by organize, per batch)."""
+    cfg = local_config()
+    convs = [c for c in read_file(str(LOCOMO_PATH), cfg.read) if c.status == "ok"]
+    embed = EmbedTurnsStage(cfg.embedding)
+    embed.embedder = embedder
+    convs = embed.process_batch(convs)
+    convs = SegmentStage(cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges, cfg.tokenizer_spec).process_batch(convs)
+    encoder = EncodeStage(cfg)
+    encoder.setup()
+    convs = encoder.process_batch(convs)
+    organize = OrganizeStage(cfg.organize, cfg.embedding)
+    organize.embedder = embedder
+    sent_per_batch = []
+    for conv in convs:
+        embedder.sent.clear()
+        organize.process_batch([conv])
+        sent_per_batch.append([t for call in embedder.sent for t in call])
+    assert all(c.status == "ok" for c in convs), [(c.conversation_id, c.error) for c in convs]
+    return convs, organize, sent_per_batch
+
+
+# ------------------------------------------------------------------------------ the stored vectors
+def test_time_and_event_frame_nodes_have_no_vector_and_the_rest_a_fresh_encode_of_their_name(locomo_dev_store, embedder):
+    with open_store(str(locomo_dev_store), local_config()) as store:
+        rows = store.sql("SELECT kind, name, embedding FROM nodes ORDER BY node_id")
+    kinds = Counter(r["kind"] for r in rows)
+    assert set(kinds) == {"entity", "topic", "entity_topic", "time", "event_frame"}, kinds
+    assert all(r["embedding"] is None for r in rows if r["kind"] in NO_VECTOR)
+    with_vec = [r for r in rows if r["kind"] not in NO_VECTOR]
+    assert all(r["embedding"] is not None for r in with_vec)
+    fresh = embedder.encode([r["name"] for r in with_vec])
+    np.testing.assert_allclose(np.stack([r["embedding"] for r in with_vec]), fresh, atol=ATOL)
+
+
+def test_records_and_turns_keep_their_vectors(locomo_dev_store):
+    with open_store(str(locomo_dev_store), local_config()) as store:
+        for table in ("records", "turns"):
+            n, missing = store.con.execute(f"SELECT count(*), count(*) - count(embedding) FROM {table}").fetchone()
+            assert n > 0 and missing == 0, table
+
+
+def test_node_vector_search_skips_nodes_without_a_vector(locomo_dev_store, embedder):
+    with open_store(str(locomo_dev_store), local_config()) as store:
+        for cid in store.conversation_ids():
+            kinds = Counter(r[0] for r in store.con.execute("SELECT kind FROM nodes WHERE conversation_id = ?", [cid]).fetchall())
+            n_vec = sum(v for k, v in kinds.items() if k not in NO_VECTOR)
+            # a query vector equal to a date's own name: the time node it names is still not found
+            hits = store.vector_topk("nodes", cid, embedder.encode(["2023-05-08"])[0], k=10_000)
+            assert len(hits) == n_vec and not any(h["kind"] in NO_VECTOR for h in hits), cid
+            ids, vecs = store.embeddings("nodes", cid)
+            assert len(ids) == n_vec and vecs.shape == (n_vec, store.dim) and np.isfinite(vecs).all()
+            # time and event-frame nodes are still there for the name match and the time channel
+            day = store.sql("SELECT name FROM nodes WHERE conversation_id = $cid AND kind = 'time' LIMIT 1", {"cid": cid})[0]["name"]
+            assert [n["kind"] for n in store.match_nodes(cid, [day])] == ["time"]
+
+
+def test_node_channel_still_answers_a_question(locomo_dev_store, embedder):
+    cfg = local_config('retrieval.channels=["node"]')
+    with open_store(str(locomo_dev_store), cfg) as store:
+        q = store.sql("SELECT conversation_id, question FROM questions WHERE conversation_id = 'conv-26' "
+                      "AND question ILIKE '%Caroline%' ORDER BY question_id LIMIT 1")[0]
+        entities = [r["name"] for r in store.sql("SELECT name FROM nodes WHERE conversation_id = 'conv-26' AND kind = 'entity'")]
+        plan = RulesPlanner().plan(q["question"], known_entities=entities)
+        retriever = Retriever(store, cfg.retrieval, embedder.encode)
+        got = retriever.retrieve(q["conversation_id"], plan, q["question"])
+        assert got.rankings.get("r0:node"), q["question"]
+        assert got.selected
+        # the node channel's vector match alone (no names) still finds linked records
+        nearest = store.vector_topk("nodes", "conv-26", embedder.encode([q["question"]])[0], cfg.retrieval.max_node_matches)
+        assert nearest and store.node_records("conv-26", [n["node_id"] for n in nearest])
+
+
+# -------------------------------------------------------------------------- what the model is sent
+def test_the_model_is_never_sent_the_same_text_twice_in_one_call(organized, embedder):
+    convs, _, sent_per_batch = organized
+    assert all(sent_per_batch)
+    for texts in sent_per_batch:
+        assert len(texts) == len(set(texts))
+    # and the stage-level dedupe holds for turns too: a repeated turn text is embedded once
+    embedder.sent.clear()
+    out = embedder.encode(["ok", "haha", "ok", "see you", "haha"])
+    assert embedder.sent == [["ok", "haha", "see you"]]
+    np.testing.assert_array_equal(out[0], out[2])
+    np.testing.assert_allclose(out[[0, 1, 3]], embedder.encode(["ok", "haha", "see you"]), atol=ATOL)
+
+
+def test_names_embedded_for_an_earlier_conversation_come_from_the_actor_cache(organized, embedder):
+    convs, stage, sent_per_batch = organized
+    seen: set[str] = set()
+    repeated = 0
+    for conv, sent in zip(convs, sent_per_batch):
+        names = [n["name"] for n in conv.nodes if n["kind"] not in NO_VECTOR]
+        earlier = [n for n in names if n in seen]
+        repeated += len(earlier)
+        assert not set(earlier) & set(sent), conv.conversation_id  # not sent again
+        assert not {n["name"] for n in conv.nodes if n["kind"] in NO_VECTOR} & set(sent) - {r.text for r in conv.records}
+        seen.update(names)
+    assert repeated > 0  # topics ("family", ...) recur across the fixture's conversations
+    stats = stage.stats
+    assert stats["texts_from_cache"] == repeated
+    assert stats["texts_asked"] == stats["texts_embedded"] + stats["texts_from_cache"] + stats["texts_deduplicated"]
+    assert stats["texts_embedded"] == sum(len(s) for s in sent_per_batch)
+    assert stats["nodes_without_vector"] == sum(n["kind"] in NO_VECTOR for c in convs for n in c.nodes) > 0
+    # every vector handed out, cached or fresh, is the name's own
+    for conv in convs:
+        has = [i for i, n in enumerate(conv.nodes) if n["kind"] not in NO_VECTOR]
+        assert np.isnan(np.delete(conv.node_embeddings, has, axis=0)).all()
+        fresh = embedder.encode([conv.nodes[i]["name"] for i in has])
+        np.testing.assert_allclose(conv.node_embeddings[has], fresh, atol=ATOL)
+        np.testing.assert_allclose(conv.record_embeddings, embedder.encode([r.text for r in conv.records]), atol=ATOL)
+
+
+def test_a_nan_node_row_is_stored_as_a_null_embedding(organized):
+    conv: Conversation = organized[0][0]
+    table = rows_to_table("nodes", conversation_rows(conv, 384)["nodes"], 384)
+    kinds, emb = table.column("kind").to_pylist(), table.column("embedding")
+    assert [emb[i].is_valid for i in range(len(kinds))] == [k not in NO_VECTOR for k in kinds]
+
+
+def test_vector_cache_is_bounded_and_evicts_the_least_recently_used():
+    cache = VectorCache(2)
+    vec = lambda x: np.full((1, 3), x, np.float32)  # noqa: E731
+    cache.add(["a"], vec(1))
+    cache.add(["b"], vec(2))
+    found, missing = cache.split(["a", "c", "a", "c"])  # touches "a"; "c" asked twice, missing once
+    assert list(found) == ["a"] and missing == ["c"]
+    cache.add(["c"], vec(3))  # evicts "b", the least recently used
+    assert len(cache) == 2
+    found, missing = cache.split(["a", "b", "c"])
+    assert sorted(found) == ["a", "c"] and missing == ["b"]
+    assert OrganizeConfig().name_cache_entries > 0
+
+
+def test_vector_node_kinds_config_restores_vectors_for_time_nodes(organized, embedder):
+    conv = organized[0][0]
+    every_kind = OrganizeConfig(vector_node_kinds=["entity", "topic", "entity_topic", "time", "event_frame"])
+    stage = OrganizeStage(every_kind, local_config().embedding)
+    stage.embedder = embedder
+    copy = Conversation(conv.conversation_id, conv.source, conv.source_file, turns=conv.turns, records=conv.records)
+    stage.process_batch([copy])
+    assert not np.isnan(copy.node_embeddings).any()
+    assert stage.stats["nodes_without_vector"] == 0
