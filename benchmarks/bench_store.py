@@ -1,4 +1,5 @@
-"""Store query latency at 10 / 100 / 1,000 conversations, and what pruning by conversation buys.
+"""Store query latency at 10 / 100 / 1,000 conversations, what pruning by conversation buys, and
+one question's retrieval on the in-memory engine (query/cache.py) against the DuckDB one.
 
 How the stores are made (say so in every report):
 - base: `synth_archive` recombines LoCoMo dev sessions into `--base` synthetic conversations (3-6
@@ -15,6 +16,16 @@ over turns (cold: index built, what a conversation's first question pays; warm: 
 `retrieve`, the whole `Retriever.retrieve` (all channels, RRF, MMR) on the rules planner's plan.
 Query vectors are MiniLM embeddings of the base conversations' real LoCoMo questions.
 
+Engines (`retrieval.engine`, measured side by side in the same run, one conversation at a time):
+one question's whole `Retriever.retrieve`, the query embedding included (real MiniLM on the
+rules plan's route texts, `--torch-threads` intra-op threads: a short query gains nothing from
+more, and on shared cores extra threads only spin), old path (`store`: every route x channel a
+DuckDB query) vs new path (`cache`: the conversation loaded once, numpy channels). cold: the
+conversation's first question (cache: its rows are loaded; store: its BM25 index is built);
+warm: a second, different question of the same conversation right after. The two engines take
+turns going first. Also the warm cache's memory per conversation: `Conversation.nbytes` (numpy
+buffers exactly, Python strings by sys.getsizeof) and what tracemalloc sees one load allocate.
+
 Variants: pruned (the normal store: rows sorted by conversation_id, small row groups, the filter
 pushed into the Parquet scan) and no pushdown (DuckDB's filter_pushdown optimizer off: every
 row is decoded and filtered above the scan; what an unpruned store costs). EXPLAIN ANALYZE of a
@@ -23,7 +34,7 @@ one-conversation query shows the files and row groups DuckDB actually reads.
 Also: exact `array_cosine_similarity` top-k against a numpy brute force on the same vectors, and
 whether the `vss` extension installs here (needs the extension repository; no internet here).
 
-    python -m benchmarks.bench_store [--quick] [--scales 10 100 1000] [--questions 40]
+    python -m benchmarks.bench_store [--quick] [--scales 10 100 1000] [--questions 40] [--torch-threads 1]
 
 Writes benchmarks/results/store.md (git-ignored) and returns its path.
 """
@@ -41,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import duckdb
@@ -61,6 +73,7 @@ LOCOMO = Path(os.environ.get("LYCHEE_SHARED", REPO.parent / "shared")) / "data" 
 ID_COLUMNS = {"records": ["record_id", "segment_id"], "turns": ["segment_id"], "segments": ["segment_id"],
               "nodes": ["node_id"], "record_nodes": ["record_id", "node_id"], "questions": ["question_id"]}
 CHANNELS = ["record_vec", "node", "time", "turn_vec", "bm25_cold", "bm25_warm", "retrieve"]
+ENGINE_COLUMNS = ["cold", "warm", "embed"]  # embed: the query embedding inside the warm question
 
 
 # ------------------------------------------------------------------------------ stores
@@ -136,9 +149,14 @@ class QuestionBank:
             self.by_conv.setdefault(row["conversation_id"], []).append({**row, "vec": vec, "plan": plan})
 
     def draw(self, rng: random.Random, store_ids: list[str]) -> tuple[str, dict]:
+        cid, (q,) = self.draw_many(rng, store_ids, 1)
+        return cid, q
+
+    def draw_many(self, rng: random.Random, store_ids: list[str], n: int) -> tuple[str, list[dict]]:
+        """A random conversation and n different questions of it."""
         cid = rng.choice(store_ids)
         base = cid if cid in self.by_conv else self.base_ids[int(cid.split("-")[1]) % len(self.base_ids)]
-        return cid, rng.choice(self.by_conv[base])
+        return cid, rng.sample(self.by_conv[base], n)
 
 
 def run_question(store: Store, retriever, cid: str, q: dict) -> dict[str, float]:
@@ -170,7 +188,7 @@ def measure(store: Store, bank: QuestionBank, cfg: LycheeConfig, n_questions: in
     from lychee_ray.query.retrieve import Retriever, route_text
 
     vec_of = {}  # the retriever's embed_fn: texts -> the question's precomputed MiniLM vector
-    retriever = Retriever(store, cfg.retrieval, lambda texts: np.stack([vec_of[t] for t in texts]))
+    retriever = Retriever(store, cfg.retrieval, lambda texts: np.stack([vec_of[t] for t in texts]), engine="store")
     rng = random.Random(seed)
     ids = store.conversation_ids()
     runs = []
@@ -183,6 +201,92 @@ def measure(store: Store, bank: QuestionBank, cfg: LycheeConfig, n_questions: in
         if i >= 2:
             runs.append(t)
     return {c: _p50_p95([r[c] for r in runs]) for c in CHANNELS}
+
+
+def measure_engines(store: Store, bank: QuestionBank, cfg: LycheeConfig, embedder, n_questions: int,
+                    seed: int = 1) -> dict[str, dict]:
+    """Per engine: cold and warm `retrieve` (ms, query embedding included) and the embedding's
+    share of the warm one; n_questions (cold, warm) pairs on random conversations."""
+    from lychee_ray.query.retrieve import Retriever
+
+    embed_ms: list[float] = []
+
+    def embed(texts):
+        t0 = time.perf_counter()
+        out = embedder.encode(texts)
+        embed_ms.append((time.perf_counter() - t0) * 1000)
+        return out
+
+    engines = {name: Retriever(store, cfg.retrieval, embed, engine=name) for name in ("store", "cache")}
+    times = {name: {c: [] for c in ENGINE_COLUMNS} for name in engines}
+    rng = random.Random(seed)
+    ids = store.conversation_ids()
+    for i in range(n_questions + 2):  # 2 warm-up pairs: file metadata, first-call costs
+        cid, (cold_q, warm_q) = bank.draw_many(rng, ids, 2)
+        for name in (("store", "cache") if i % 2 else ("cache", "store")):  # take turns going first
+            forget(engines[name], store, cid)
+            cold = _timed(lambda: engines[name].retrieve(cid, cold_q["plan"], cold_q["question"]))
+            warm = _timed(lambda: engines[name].retrieve(cid, warm_q["plan"], warm_q["question"]))
+            if i >= 2:
+                times[name]["cold"].append(cold)
+                times[name]["warm"].append(warm)
+                times[name]["embed"].append(embed_ms[-1])
+    return {name: {c: _p50_p95(xs) for c, xs in cols.items()} for name, cols in times.items()}
+
+
+def query_embedder(cfg: LycheeConfig, threads: int, notes: list[str]):
+    import torch
+
+    from lychee_ray.embedding import Embedder
+
+    embedder = Embedder(cfg.embedding.model_copy(update={"num_threads": threads}))
+    notes.append(f"query embedding: {cfg.embedding.model} on {embedder.device}, torch intra-op threads "
+                 f"{torch.get_num_threads()} (embedding.num_threads)")
+    return embedder
+
+
+def forget(retriever, store: Store, cid: str) -> None:
+    """Make the next question of `cid` its first: the cache drops it, the store its BM25 index."""
+    if retriever.cache is not None:
+        retriever.cache.discard(cid)
+    store._bm25.pop(("turns", cid), None)
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
+
+
+def cache_memory(store: Store, n: int = 20) -> str:
+    """The warm cache's memory per conversation, over the first n conversations: its own count
+    and the allocations tracemalloc sees while loading one (numpy and Python heap; Arrow's
+    transient buffers are freed by then)."""
+    from lychee_ray.query.cache import Conversation
+
+    ids = store.conversation_ids()[:n]
+    counted, traced, rows = [], [], []
+    for cid in ids:
+        tracemalloc.start()
+        conv = Conversation.load(store, cid)
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        counted.append(conv.nbytes)
+        traced.append(held)
+        rows.append((conv.turns.n, conv.records.n, conv.nodes.n, len(conv.nodes.vec_rows)))
+        del conv
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    t, r, nd, nv = (mean([x[i] for x in rows]) for i in range(4))
+    return (f"warm cache memory per conversation (mean of {len(ids)}): {mean(counted) / 2**20:.2f} MiB counted "
+            f"(`Conversation.nbytes`), {mean(traced) / 2**20:.2f} MiB allocated while loading (tracemalloc); "
+            f"{t:.0f} turns, {r:.0f} records, {nd:.0f} nodes ({nv:.0f} with a vector) per conversation; "
+            f"retrieval.cache_mb={store_cache_mb()} holds about {store_cache_mb() * 2**20 / mean(counted):.0f} of them")
+
+
+def store_cache_mb() -> int:
+    from lychee_ray.config import RetrievalConfig
+
+    return RetrievalConfig().cache_mb
 
 
 def _p50_p95(xs: list[float]) -> tuple[float, float]:
@@ -246,6 +350,7 @@ def parse_args(argv):
     ap.add_argument("--base-store", default=None, help="reuse this store as the base instead of ingesting")
     ap.add_argument("--workdir", default=None, help="where stores are built (default: a temp dir, removed)")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--torch-threads", type=int, default=1, help="intra-op threads for the query embedding")
     args = ap.parse_args(argv)
     if args.quick:
         args.scales, args.questions, args.slow_questions = [s for s in args.scales if s <= 100] or [10, 100], 10, 5
@@ -258,7 +363,7 @@ def main(argv: list[str] | None = None) -> Path:
     cfg = local_cfg()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="lychee-bench-store-"))
     work.mkdir(parents=True, exist_ok=True)
-    notes, rows = [], []
+    notes, rows, engine_rows = [], [], []
     try:
         if args.base_store:
             base = Path(args.base_store)
@@ -268,6 +373,7 @@ def main(argv: list[str] | None = None) -> Path:
             secs = build_base_store(base, args.base, seed=0)
             notes.append(f"base store: {args.base} synth_archive conversations (seed 0) ingested with the rules backend in {secs:.0f} s")
         bank = QuestionBank(base, cfg)
+        embedder = query_embedder(cfg, args.torch_threads, notes)  # after the bank's: torch threads are per process
         with open_store(str(base), cfg) as s:
             n_base = len(s.conversation_ids())
             sizes = s.sql("SELECT (SELECT count(*) FROM turns) AS turns, (SELECT count(*) FROM records) AS records, "
@@ -275,14 +381,17 @@ def main(argv: list[str] | None = None) -> Path:
             notes.append(f"per base conversation (mean): {sizes['turns'] / n_base:.0f} turns, {sizes['records'] / n_base:.0f} records, "
                          f"{sizes['nodes'] / n_base:.0f} nodes; {cfg.embedding.dim}-d; k={cfg.retrieval.top_k_per_channel}")
             notes.append(cosine_check(s, bank))
+            notes.append(cache_memory(s))
         notes.append(vss_check())
         for n in args.scales:
-            rows += bench_scale(n, base, n_base, work, cfg, bank, args, notes)
+            scale_rows, engines = bench_scale(n, base, n_base, work, cfg, bank, args, notes, embedder)
+            rows += scale_rows
+            engine_rows.append((n, args.questions, engines))
             print(f"done: {n} conversations", flush=True)
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
-    report = render(rows, notes)
+    report = render(rows, notes, engine_rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report)
@@ -290,7 +399,7 @@ def main(argv: list[str] | None = None) -> Path:
     return out
 
 
-def bench_scale(n: int, base: Path, n_base: int, work: Path, cfg, bank, args, notes) -> list[tuple]:
+def bench_scale(n: int, base: Path, n_base: int, work: Path, cfg, bank, args, notes, embedder) -> tuple[list[tuple], dict]:
     if n == n_base:
         store_dir, how = base, "the base store itself"
     else:
@@ -304,6 +413,7 @@ def bench_scale(n: int, base: Path, n_base: int, work: Path, cfg, bank, args, no
         notes.append(f"{n} conversations ({how}; {files_per_table(store_dir)} files per table, {du[0] if du else '?'}): "
                      f"one conversation's records scan: {scan_profile(store, cid)}")
         rows.append((n, "pruned", args.questions, measure(store, bank, cfg, args.questions)))
+        engines = measure_engines(store, bank, cfg, embedder, args.questions)
     slow_q = args.questions if n < 1000 else args.slow_questions
     with open_store(str(store_dir), cfg) as store:
         store.con.execute("SET GLOBAL disabled_optimizers = 'filter_pushdown'")
@@ -311,16 +421,42 @@ def bench_scale(n: int, base: Path, n_base: int, work: Path, cfg, bank, args, no
         rows.append((n, "no pushdown", slow_q, measure(store, bank, cfg, slow_q)))
     if store_dir != base:
         shutil.rmtree(store_dir)
-    return rows
+    return rows, engines
 
 
-def render(rows, notes) -> str:
+def render_engines(engine_rows) -> list[str]:
     lines = [
+        "# One question's retrieval, old path (store) vs new path (cache) (ms, p50 / p95)",
+        "",
+        "Query embedding included (`embed` is its part of the warm question). cold: the conversation's "
+        "first question; warm: a second question right after. Both engines in the same run, taking turns.",
+        "",
+        "| conversations | engine | questions | " + " | ".join(ENGINE_COLUMNS) + " |",
+        "|" + "---|" * (3 + len(ENGINE_COLUMNS)),
+    ]
+    for n, nq, engines in engine_rows:
+        for name, stats in engines.items():
+            label = {"store": "old: store", "cache": "new: cache"}[name]
+            lines.append(f"| {n} | {label} | {nq} | " + " | ".join(f"{stats[c][0]:.1f} / {stats[c][1]:.1f}" for c in ENGINE_COLUMNS) + " |")
+    lines.append("")
+    for n, _, e in engine_rows:
+        lines.append(f"- {n} conversations: warm p50 old/new = {e['store']['warm'][0] / e['cache']['warm'][0]:.1f}x, "
+                     f"warm p95 {e['store']['warm'][1] / e['cache']['warm'][1]:.1f}x; cold p50 old/new = "
+                     f"{e['store']['cold'][0] / e['cache']['cold'][0]:.1f}x. Targets (new path): warm p95 <= 50 ms "
+                     f"({'met' if e['cache']['warm'][1] <= 50 else 'missed'}), cold p95 <= 250 ms "
+                     f"({'met' if e['cache']['cold'][1] <= 250 else 'missed'}).")
+    return lines + [""]
+
+
+def render(rows, notes, engine_rows=()) -> str:
+    lines = render_engines(engine_rows) if engine_rows else []
+    lines += [
         "# Store query latency per question (ms, p50 / p95)",
         "",
         f"duckdb {duckdb.__version__}, {os.cpu_count()} cores (shared with other jobs while measured), "
         f"run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Rules backend; stores as described below.",
-        "bm25_cold rebuilds the conversation's BM25 index; retrieve = all channels + RRF + MMR (Retriever.retrieve).",
+        "bm25_cold rebuilds the conversation's BM25 index; retrieve = all channels + RRF + MMR (Retriever.retrieve, "
+        "engine=store), on precomputed query vectors.",
         "",
         "| conversations | variant | questions | " + " | ".join(CHANNELS) + " |",
         "|" + "---|" * (3 + len(CHANNELS)),

@@ -13,6 +13,9 @@ the same channels, RRF fusion, optional cross-encoder rerank and MMR selection u
 budget, and the same `Answerer` (extractive under rules, one LLM call under openai). Evaluate
 runs those pieces as Ray stages over many questions (`evaluate/stages.py`); `Memory` runs them
 in-process for one question at a time. `lychee-ray query` is a thin printer over `Memory`.
+Retrieval runs in memory (`retrieval.engine: cache`, query/cache.py): a conversation's first
+question loads its rows once (tens of ms), later ones touch no SQL; `retrieval.cache_mb` bounds
+what stays loaded.
 
 The API is synchronous on purpose: an agent loop calls it between its own steps, and a sync call
 composes with any caller (plain scripts, threads, notebooks) without lending it an event loop.
@@ -46,6 +49,7 @@ from lychee_ray.embedding import Embedder
 from lychee_ray.llm.client import LLMClient, Usage, run_closing
 from lychee_ray.llm.prompts import EvidenceItem
 from lychee_ray.query.answer import Answerer, Outcome, Planner
+from lychee_ray.query.cache import drop_cache
 from lychee_ray.query.rerank import CrossEncoderReranker
 from lychee_ray.query.retrieve import Evidence, Retriever, entity_names
 from lychee_ray.schemas import RECORD_TYPES, QueryPlan
@@ -154,8 +158,10 @@ class Memory:
 
     def close(self) -> None:
         if self._store is not None:
+            drop_cache(self._store)  # the in-memory conversations go with the store
             self._store.close()
             self._store = None
+            self._retriever = None
 
     def __enter__(self) -> Self:
         return self

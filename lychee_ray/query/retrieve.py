@@ -10,7 +10,13 @@ Channels (each a ranking of evidence keys within ONE conversation):
   that no record covers is kept as raw evidence, so nothing said is unreachable.
 
 Evidence keys are `record_id`s, or `turn:<turn_id>` for raw turns. The math (RRF, MMR, budget)
-lives in `fusion.py`; this module only gathers candidates from the store.
+lives in `fusion.py`; this module only gathers candidates.
+
+Two engines gather them, with the same rankings (tests/test_retrieve_cache.py compares them
+question by question): `cache` (the default, `retrieval.engine`) loads a conversation once into
+memory and runs every channel as numpy (`cache.py`: one matrix product per table for all routes);
+`store` runs each route x channel as its own DuckDB query over Parquet (`Store`), kept as the
+reference the cache is checked against and for one-off reads that should not hold memory.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import numpy as np
 
 from lychee_ray.config import RetrievalConfig
 from lychee_ray.llm.prompts import NO_MEMORIES, EvidenceItem, format_evidence
+from lychee_ray.query.cache import Conversation, cache_for
 from lychee_ray.query.fusion import budget_topk, mmr_select, rrf_fuse
 from lychee_ray.schemas import QueryPlan, Route
 from lychee_ray.tokens import count_tokens
@@ -53,6 +60,7 @@ class Retrieval:
     selected: list[Evidence]
     rankings: dict[str, list[str]] = field(default_factory=dict)
     fused: list[tuple[str, float]] = field(default_factory=list)
+    # evidence of every fused key (the store engine also keeps rows a channel read but cut)
     candidates: dict[str, Evidence] = field(default_factory=dict)
 
     @property
@@ -79,6 +87,14 @@ class WindowScope:
     turn_ids: set[str]
 
 
+@dataclass
+class MaskScope:
+    """`WindowScope` for the cache engine: masks over the cached conversation's records and turns."""
+
+    records: np.ndarray
+    turns: np.ndarray
+
+
 def _window(route: Route) -> tuple[str | None, str | None] | None:
     tw = route.time_window
     return (tw.start, tw.end) if tw and (tw.start or tw.end) else None
@@ -90,18 +106,30 @@ def route_text(route: Route) -> str:
 
 
 class Retriever:
-    """Runs the channels against an open `Store` for one question at a time."""
+    """Runs the channels over an open `Store` for one question at a time; `engine` (default
+    `cfg.engine`) picks in-memory ("cache") or per-query DuckDB ("store") channels."""
 
-    def __init__(self, store, cfg: RetrievalConfig, embed_fn, reranker=None, count_tokens=count_tokens):
+    def __init__(self, store, cfg: RetrievalConfig, embed_fn, reranker=None, count_tokens=count_tokens,
+                 engine: str | None = None):
         self.store = store
         self.cfg = cfg
         self.embed = embed_fn  # list[str] -> np.ndarray of unit vectors
         self.reranker = reranker
         self.count_tokens = count_tokens  # the served model's tokenizer when known, else o200k
+        self.engine = engine or cfg.engine
+        if self.engine not in ("cache", "store"):
+            raise ValueError(f"engine must be 'cache' or 'store', got {self.engine!r}")
+        # the Store's own cache (shared with other Retrievers and baselines over the same Store)
+        self.cache = cache_for(store, cfg.cache_mb * 2**20) if self.engine == "cache" else None
 
     # ---- channels ---------------------------------------------------------------------------
     def channel_rankings(self, conversation_id: str, plan: QueryPlan, qvecs: np.ndarray) -> tuple[dict[str, list[str]], dict[str, Evidence]]:
         """One ranking of evidence keys per route x channel, named "r<route>:<channel>"."""
+        if self.cache is not None:
+            return self._cached_rankings(conversation_id, plan, qvecs)
+        return self._store_rankings(conversation_id, plan, qvecs)
+
+    def _store_rankings(self, conversation_id: str, plan: QueryPlan, qvecs: np.ndarray) -> tuple[dict[str, list[str]], dict[str, Evidence]]:
         k = self.cfg.top_k_per_channel
         rankings: dict[str, list[str]] = {}
         pool: dict[str, Evidence] = {}
@@ -189,6 +217,68 @@ class Retriever:
                 keys.append(key)
         return list(dict.fromkeys(keys))
 
+    # ---- the same channels over the cached conversation (cache.py) ---------------------------
+    def _cached_rankings(self, conversation_id: str, plan: QueryPlan, qvecs: np.ndarray) -> tuple[dict[str, list[str]], dict[str, Evidence]]:
+        """`_store_rankings` step for step, each store query replaced by its in-memory twin."""
+        k, channels = self.cfg.top_k_per_channel, self.cfg.channels
+        conv = self.cache.get(self.store, conversation_id)
+        q = conv.check_queries(qvecs)
+        # one matrix product per table, for every route at once
+        sims = {name: rows.cosine(q) for name, rows, used in (
+            ("records", conv.records, "record_vector" in channels),
+            ("nodes", conv.nodes, "node" in channels),
+            ("turns", conv.turns, "turn" in channels)) if used}
+        rankings: dict[str, list[str]] = {}
+        pool: dict[str, Evidence] = {}
+        for r_idx, (route, qv) in enumerate(zip(plan.routes, qvecs)):
+            tag = f"r{r_idx}"
+            window = _window(route)
+            scope = self._cached_scope(conv, window) if window else None
+            if "record_vector" in channels:
+                rows = conv.records.top(sims["records"][r_idx], k, scope.records if scope else None)
+                rankings[f"{tag}:record_vector"] = _add_cached(conv, rows, pool)
+            if "node" in channels:
+                rankings[f"{tag}:node"] = self._cached_node_channel(conv, route, sims["nodes"][r_idx], qv, pool, k, scope)
+            if "time" in channels and window:
+                rankings[f"{tag}:time"] = _add_cached(conv, _rank_cached(conv, conv.records_in_window(*window), qv)[:k], pool)
+            if "turn" in channels:
+                vec_turns = conv.turns.top(sims["turns"][r_idx], k, scope.turns if scope else None)
+                bm25_turns = conv.bm25(route_text(route), k if scope is None else 10**6)
+                if scope:
+                    bm25_turns = [t for t in bm25_turns if scope.turns[t]][:k]
+                rankings[f"{tag}:turn_vector"] = _map_cached_turns(conv, vec_turns, pool, scope)
+                rankings[f"{tag}:turn_bm25"] = _map_cached_turns(conv, bm25_turns, pool, scope)
+        memo = conv.token_memo(self.count_tokens)  # charges counted by earlier questions
+        for key, e in pool.items():
+            e.tokens = memo.get(key, 0)
+        return {name: r for name, r in rankings.items() if r}, pool
+
+    def _cached_scope(self, conv: Conversation, window: tuple[str | None, str | None]) -> MaskScope | None:
+        """`_window_scope` over the cached conversation."""
+        if self.cfg.time_routes != "filter":
+            return None
+        records = np.zeros(conv.records.n, bool)
+        records[conv.records_in_window(*window)] = True
+        turns = conv.turn_mask(*window)
+        if not records.any() and not turns.any():
+            return None
+        return MaskScope(records, turns)
+
+    def _cached_node_channel(self, conv: Conversation, route: Route, node_sims: np.ndarray, qv: np.ndarray, pool,
+                             k: int, scope: MaskScope | None) -> list[str]:
+        names = list(dict.fromkeys([*route.entities, *route.topics]))
+        matched = conv.match_nodes(names) if names else []
+        by_vector = conv.nodes.top(node_sims, self.cfg.max_node_matches)
+        ids = conv.nodes.ids
+        node_ids = list(dict.fromkeys([ids[i] for i in matched] + [ids[i] for i in by_vector]))
+        node_ids = node_ids[: self.cfg.max_node_matches * 2]
+        if not node_ids:
+            return []
+        rows = conv.node_records(node_ids)
+        if scope:
+            rows = [i for i in rows if scope.records[i]]
+        return _add_cached(conv, _rank_cached(conv, rows, qv)[:k], pool)
+
     @staticmethod
     def _rank_by_vector(keys: list[str], pool: dict[str, Evidence], qv: np.ndarray) -> list[str]:
         if not keys:
@@ -209,6 +299,9 @@ class Retriever:
             fused = self.reranker.rerank(question, fused, pool)
         result = Retrieval(selected=[], rankings=rankings, fused=fused, candidates=pool)
         result.selected = self.select(fused, pool, qvecs[0], budget)
+        if self.cache is not None:
+            memo = self.cache.get(self.store, conversation_id).token_memo(self.count_tokens)
+            memo.update((k, e.tokens) for k, e in pool.items() if e.tokens)
         return result
 
     def fuse(self, rankings: dict[str, list[str]]) -> list[tuple[str, float]]:
@@ -235,6 +328,48 @@ class Retriever:
             emb = np.stack([e.embedding for e in items])
             chosen = mmr_select(rel, emb, costs, budget, self.cfg.mmr_lambda)
         return [items[i] for i in chosen]
+
+
+def _add_cached(conv: Conversation, rows: list[int], pool: dict[str, Evidence]) -> list[str]:
+    """`Retriever._add_records` for cached record positions."""
+    keys = []
+    for i in rows:
+        key = conv.records.ids[i]
+        if key not in pool:
+            pool[key] = _record_evidence(conv.record_row(i))
+        keys.append(key)
+    return keys
+
+
+def _rank_cached(conv: Conversation, rows: list[int], qv: np.ndarray) -> list[int]:
+    """`Retriever._rank_by_vector` on cached record positions (unique), before any evidence is
+    built: the same product over the same float32 vectors, so the same order; only the top
+    ones then become evidence. A record without a vector (none today) ranks last."""
+    if not rows:
+        return []
+    idx = np.asarray(rows, np.int64)
+    pos = conv.records.vec_pos[idx]
+    sims = np.full(len(idx), -np.inf, dtype=np.result_type(np.float32, qv))
+    has = pos >= 0
+    sims[has] = conv.records.matrix[pos[has]] @ qv
+    return [rows[i] for i in sorted(range(len(rows)), key=lambda i: (-sims[i], i))]
+
+
+def _map_cached_turns(conv: Conversation, turn_rows: list[int], pool: dict[str, Evidence],
+                      scope: MaskScope | None) -> list[str]:
+    """`Retriever._map_turns` for cached turn positions."""
+    keys: list[str] = []
+    for t in turn_rows:
+        tid = conv.turns.ids[t]
+        recs = [i for i in conv.covering(tid) if scope is None or scope.records[i]]
+        if recs:
+            keys.extend(_add_cached(conv, recs, pool))
+        else:
+            key = TURN_PREFIX + tid
+            if key not in pool:
+                pool[key] = _turn_evidence(conv.turn_row(t))
+            keys.append(key)
+    return list(dict.fromkeys(keys))
 
 
 def _as_vec(value) -> np.ndarray:
@@ -279,14 +414,24 @@ def _turn_evidence(row: dict) -> Evidence:
 # Baselines: the same store, the same budget
 # --------------------------------------------------------------------------------------------
 def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: np.ndarray, budget: int, k: int = 200,
-                   count=count_tokens) -> list[Evidence]:
-    """naive_rag: top-k raw turns by vector; bm25: top-k raw turns by BM25; both cut to budget."""
-    if kind == "naive_rag":
-        rows = store.vector_topk("turns", conversation_id, qvec, k)
-    elif kind == "bm25":
-        rows = store.bm25_topk("turns", conversation_id, question, k)
-    else:
+                   count=count_tokens, engine: str = "cache") -> list[Evidence]:
+    """naive_rag: top-k raw turns by vector; bm25: top-k raw turns by BM25; both cut to budget.
+    engine "cache" reads the Store's conversation cache (`cache_for`), "store" queries DuckDB."""
+    if kind not in ("naive_rag", "bm25"):
         raise ValueError(f"unknown baseline {kind}")
+    if engine not in ("cache", "store"):
+        raise ValueError(f"engine must be 'cache' or 'store', got {engine!r}")
+    if engine == "cache":
+        conv = cache_for(store).get(store, conversation_id)
+        if kind == "naive_rag":
+            hits = conv.turns.top(conv.turns.cosine(conv.check_queries(qvec))[0], k)
+        else:
+            hits = conv.bm25(question, k)
+        rows = [conv.turn_row(i) for i in hits]
+    elif kind == "naive_rag":
+        rows = store.vector_topk("turns", conversation_id, qvec, k)
+    else:
+        rows = store.bm25_topk("turns", conversation_id, question, k)
     items = [_turn_evidence(r) for r in rows]
     for e in items:
         e.tokens = count(e.render())

@@ -166,7 +166,8 @@ class Store:
                     where: dict | None = None) -> list[dict]:
         """Top-k rows of one conversation by cosine similarity (exact), best first, as dicts + score.
         `where` is {column: value}: a scalar means equality, a list membership, and on a list
-        column (entities, topics, source_turn_ids) any overlap; values are bound, columns checked."""
+        column (entities, topics, source_turn_ids) any overlap; values are bound, columns checked.
+        Rows without a vector (NULL embedding: time and event-frame nodes) are never returned."""
         id_col = self._check_table(table, VECTOR_TABLES)
         if k <= 0:
             return []
@@ -299,6 +300,31 @@ class Store:
         )
         return self.sql(query, {"cid": conversation_id, "tids": list(turn_ids)})
 
+    # -- whole conversations (query/cache.py loads one once, then retrieves in memory) -----------
+    def columns(self, table: str) -> list[str]:
+        """The view's column names of `table`, in schema order."""
+        self._check_table(table, self._cols)
+        return list(self._cols[table])
+
+    def conversation_arrow(self, table: str, conversation_id: str, columns: Sequence[str] | None = None,
+                           order_by: Sequence[str] = ()) -> pa.Table:
+        """One conversation's rows of `table` as Arrow, with the view's types (FLOAT[d], DATE,
+        TIMESTAMP), ordered by `order_by`; column names are checked, the id is bound."""
+        self._check_table(table, self._cols)
+        cols = list(columns) if columns is not None else self._cols[table]
+        for col in [*cols, *order_by]:
+            if col not in self._cols[table]:
+                raise ValueError(f"{table} has no column {col!r}")
+        select = ", ".join(f'x."{c}"' for c in cols)
+        order = (" ORDER BY " + ", ".join(f'x."{c}"' for c in order_by)) if order_by else ""
+        query = f"SELECT {select} FROM {table} x WHERE {self._conv_eq('x')}{order}"
+        return self._cur.sql(query, params={"cid": conversation_id}).to_arrow_table()
+
+    @staticmethod
+    def window_dates(start=None, end=None) -> tuple[dt.date | None, dt.date | None]:
+        """The dates `records_in_window` / `turns_in_window` bind for a window (ValueError if not a date)."""
+        return _as_date(start, "start"), _as_date(end, "end")
+
     # -- plain reads -------------------------------------------------------------------------------
     def conversation_ids(self) -> list[str]:
         return [r["conversation_id"] for r in self.sql(
@@ -319,7 +345,8 @@ class Store:
 
     def embeddings(self, table: str, conversation_id: str,
                    ids: Sequence[str] | None = None) -> tuple[list[str], np.ndarray]:
-        """(ids, float32 [n, d]) of one conversation's rows (e.g. for MMR); ordered by id."""
+        """(ids, float32 [n, d]) of one conversation's rows that have a vector (e.g. for MMR);
+        ordered by id. Rows with a NULL embedding are left out, so `ids` may be fewer than asked."""
         id_col = self._check_table(table, VECTOR_TABLES)
         params: dict = {"cid": conversation_id}
         id_clause = ""

@@ -9,8 +9,9 @@ Extensions (checked on this machine, duckdb 2.0.1, no internet except PyPI):
   v1.4.4 / v1.5.5"); with ``allow_extensions_metadata_mismatch`` as well, fts 1.4.4 fails in its
   init function, vss 1.4.4 and fts 1.5.5 segfault the process, and vss 1.5.5 hangs.
 - So BM25 uses `bm25s` (pinned, pure numpy): one index per (table, conversation) built on first
-  use from that conversation's rows (the `Store` in reader.py keeps them in a small LRU), and
-  vector search is plain ``array_cosine_similarity`` (reader.py).
+  use from that conversation's rows (the `Store` in reader.py keeps them in a small LRU; the
+  in-memory engine, query/cache.py, keeps one per cached conversation and ranks with
+  `bm25_order`, the same rule), and vector search is plain ``array_cosine_similarity`` (reader.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 import bm25s
+import numpy as np
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 # bm25s sets its own logger to DEBUG on import, which puts "Building index" lines on a user's
@@ -51,3 +53,14 @@ def build_bm25(rows: list[dict], text_key: str) -> Bm25Index:
     model = bm25s.BM25()
     model.index(corpus, show_progress=False)
     return Bm25Index(rows, model)
+
+
+def bm25_order(index: Bm25Index, query_text: str, k: int) -> list[tuple[int, float]]:
+    """(row position, score) of the top-k rows sharing a query term, best first, ties in stored
+    order: the rule `Store.bm25_topk` applies, for callers that keep their own index."""
+    terms = tokenize(query_text)
+    if index.model is None or not terms or k <= 0:
+        return []
+    scores = index.model.get_scores(terms)
+    order = np.lexsort((np.arange(len(scores)), -scores))  # score desc, then stored order
+    return [(int(i), float(scores[i])) for i in order[:k] if scores[i] > 0]

@@ -1,0 +1,376 @@
+"""Retrieval in memory: a conversation's rows are read from the store once, then every channel
+runs as numpy over them (the `cache` engine of `Retriever`, the default).
+
+Why: over DuckDB each route x channel is its own query over Parquet (about ten per question),
+which costs 150-300 ms a question; one conversation is a few thousand rows of 384 floats, which
+numpy ranks in well under a millisecond. So the first question of a conversation loads its
+turns, records, nodes and record_nodes with four queries (`Store.conversation_arrow`) into a
+`Conversation`: ids, texts and times as Python lists / numpy arrays, the vectors of each table as
+one contiguous float32 matrix, and the turns' BM25 index (search.py's, same tokenisation). Later
+questions touch no SQL. DuckDB stays the store and the SQL interface.
+
+Every lookup reproduces the `Store` query it replaces, row for row and in the same order:
+`top` is `vector_topk` (cosine, ties by id, rows without a vector skipped), `records_in_window`
+/ `turn_mask` are `records_in_window` / `turns_in_window`, `match_nodes` / `node_records` /
+`covering` are `match_nodes` / `node_records` / `records_for_turns`, and `bm25` is `bm25_topk`.
+tests/test_retrieve_cache.py compares both engines question by question.
+
+Staleness: a `Store` is a snapshot (its views read the files committed when it was opened), and
+a cache belongs to one `Store` object (`cache_for`), keyed by conversation id within it. A
+re-ingested store is opened anew, so it gets a new, empty cache: nothing is served stale, and
+an old `Store` keeps answering from its own snapshot, like its SQL views do.
+
+Memory: `Conversation.nbytes` counts the numpy buffers exactly and Python strings/lists by
+`sys.getsizeof` (an estimate of the heap they hold); the LRU evicts least recently used
+conversations while the total exceeds `retrieval.cache_mb`. A single conversation larger than
+the bound is still served (then evicted by the next load).
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lychee_ray.config import RetrievalConfig
+from lychee_ray.names import normalize_name
+from lychee_ray.store.reader import Store
+from lychee_ray.store.search import Bm25Index, bm25_order, build_bm25
+
+# Columns each table needs for retrieval and for building evidence (see retrieve.py's
+# `_record_evidence` / `_turn_evidence`); the embedding is read only where the table has one.
+TURN_COLUMNS = ("turn_id", "speaker", "text", "timestamp")
+RECORD_COLUMNS = ("record_id", "type", "text", "entities", "time_start", "time_end", "stated_at", "source_turn_ids")
+NODE_COLUMNS = ("node_id", "name", "n_records")
+
+
+class Rows:
+    """One conversation's rows of one table: columns as Python lists, the rows that have a vector
+    as one float32 matrix (`matrix[vec_pos[i]]` is row i's vector; -1: none)."""
+
+    def __init__(self, data: pa.Table, id_col: str, dim: int):
+        self.n = data.num_rows
+        self.cols = {name: data.column(name).to_pylist() for name in data.column_names if name != "embedding"}
+        self.ids: list[str] = self.cols[id_col]
+        # ORDER BY id breaks score ties in SQL; Python's str order is DuckDB's (code points = UTF-8 bytes)
+        self.id_rank = np.empty(self.n, np.int64)
+        self.id_rank[sorted(range(self.n), key=self.ids.__getitem__)] = np.arange(self.n)
+        self.vec_rows, self.matrix = _vectors(data, dim)
+        self.vec_pos = np.full(self.n, -1, np.int64)
+        self.vec_pos[self.vec_rows] = np.arange(len(self.vec_rows))
+        self.norms = np.linalg.norm(self.matrix, axis=1)
+        self.matrix.setflags(write=False)  # evidence embeddings are views of it: nobody may write them
+
+    def vector(self, i: int) -> np.ndarray | None:
+        return self.matrix[self.vec_pos[i]] if self.vec_pos[i] >= 0 else None
+
+    def cosine(self, queries: np.ndarray) -> np.ndarray:
+        """[routes, rows with a vector]: cosine similarity, one matrix product for all routes."""
+        dots = queries @ self.matrix.T
+        qn = np.linalg.norm(queries, axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sims = dots / (qn[:, None] * self.norms[None, :])
+        return np.where(np.isnan(sims), -np.inf, sims)  # an all-zero vector (none are stored) ranks last
+
+    def top(self, scores: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[int]:
+        """Row positions of the k best `scores` (one route's row of `cosine`), best first, ties by
+        id; only rows with a vector, and only `allowed` rows when given."""
+        rows = self.vec_rows
+        if allowed is not None:
+            keep = allowed[rows]
+            rows, scores = rows[keep], scores[keep]
+        if k <= 0 or not len(rows):
+            return []
+        if k < len(rows):  # everything scoring at least the k-th best, so ties at the cut stay in
+            kth = np.partition(scores, len(rows) - k)[len(rows) - k]
+            sel = np.flatnonzero(scores >= kth)
+            rows, scores = rows[sel], scores[sel]
+        order = np.lexsort((self.id_rank[rows], -scores))[:k]
+        return rows[order].tolist()
+
+    @property
+    def nbytes(self) -> int:
+        arrays = self.matrix.nbytes + self.vec_rows.nbytes + self.vec_pos.nbytes + self.id_rank.nbytes + self.norms.nbytes
+        return arrays + sum(_py_bytes(col) for col in self.cols.values())
+
+
+class Conversation:
+    """What retrieval reads of one conversation, in memory (see the module docstring)."""
+
+    def __init__(self, turns: pa.Table, records: pa.Table, nodes: pa.Table, edges: pa.Table, dim: int):
+        self.turns = Rows(turns, "turn_id", dim)
+        self.records = Rows(records, "record_id", dim)
+        self.nodes = Rows(nodes, "node_id", dim)
+        self.dim = dim
+        self._index_turns(turns)
+        self._index_records(records)
+        self._index_nodes(edges)
+        self.bm25_index: Bm25Index = build_bm25([{"text": t} for t in self.turns.cols["text"]], "text")
+        self._tokens: dict = {}  # token counter -> {evidence key: tokens of its prompt line}
+
+    @classmethod
+    def load(cls, store: Store, conversation_id: str) -> "Conversation":
+        """Four queries: the conversation's turns (turn order, as BM25 indexes them), records
+        (record_id order, as `records_for_turns` lists them), nodes and record_nodes."""
+        def read(table, cols, order):
+            have = store.columns(table)
+            cols = [c for c in cols if c in have] + (["embedding"] if "embedding" in have else [])
+            return store.conversation_arrow(table, conversation_id, cols, order)
+
+        return cls(
+            read("turns", TURN_COLUMNS, ["turn_idx"]),
+            read("records", RECORD_COLUMNS, ["record_id"]),
+            read("nodes", NODE_COLUMNS, ["node_id"]),
+            store.conversation_arrow("record_nodes", conversation_id, ["record_id", "node_id"]),
+            store.dim,
+        )
+
+    # ---- indexes built at load --------------------------------------------------------------
+    def _index_turns(self, turns: pa.Table) -> None:
+        self.turn_day = _days(turns.column("timestamp"))
+        self.turn_pos: dict[str, list[int]] = {}
+        for i, tid in enumerate(self.turns.ids):
+            self.turn_pos.setdefault(tid, []).append(i)
+
+    def _index_records(self, records: pa.Table) -> None:
+        """Window bounds of timed records; (record, day) pairs of the untimed ones' source turns;
+        turn id -> the records citing it, in record_id order."""
+        start, end = _days(records.column("time_start")), _days(records.column("time_end"))
+        self.rec_lo = np.where(np.isnat(start), end, start)  # coalesce(time_start, time_end)
+        self.rec_hi = np.where(np.isnat(end), start, end)  # coalesce(time_end, time_start)
+        self.rec_timed = ~np.isnat(self.rec_lo)
+        pairs_rec, pairs_day = [], []
+        self.cover: dict[str, list[int]] = {}
+        for i, tids in enumerate(self.records.cols["source_turn_ids"]):
+            for tid in tids or ():
+                self.cover.setdefault(tid, []).append(i)
+                if np.isnat(start[i]) and np.isnat(end[i]):
+                    for t in self.turn_pos.get(tid, ()):
+                        if not np.isnat(self.turn_day[t]):
+                            pairs_rec.append(i)
+                            pairs_day.append(self.turn_day[t])
+        self.untimed_rec = np.array(pairs_rec, np.int64)
+        self.untimed_day = np.array(pairs_day, dtype="datetime64[D]")
+
+    def _index_nodes(self, edges: pa.Table) -> None:
+        """Normalised name -> nodes; the match order (n_records desc, nulls last, node_id); node
+        id -> its records (edges to records not in this conversation's records are dropped, as
+        the join drops them)."""
+        self.by_name: dict[str, list[int]] = {}
+        for i, name in enumerate(self.nodes.cols["name"]):
+            if name is not None:
+                self.by_name.setdefault(normalize_name(name), []).append(i)
+        n_rec = self.nodes.cols["n_records"]
+        order = sorted(range(self.nodes.n), key=lambda i: (n_rec[i] is None, -(n_rec[i] or 0), self.nodes.ids[i]))
+        self.match_rank = np.empty(self.nodes.n, np.int64)
+        self.match_rank[order] = np.arange(self.nodes.n)
+        rec_pos = {rid: i for i, rid in enumerate(self.records.ids)}
+        linked: dict[str, list[int]] = {}
+        for rid, nid in zip(edges.column("record_id").to_pylist(), edges.column("node_id").to_pylist()):
+            if rid in rec_pos:
+                linked.setdefault(nid, []).append(rec_pos[rid])
+        self.node_links = {nid: np.array(pos, np.int64) for nid, pos in linked.items()}
+
+    # ---- the store's queries, in memory ------------------------------------------------------
+    def records_in_window(self, start, end) -> list[int]:
+        """`Store.records_in_window`: timed records overlapping [start, end], untimed ones with a
+        source turn said in it; by (date, record_id)."""
+        s, e = _day_bounds(start, end)
+        timed = self.rec_timed.copy()
+        if e is not None:
+            timed &= self.rec_lo <= e
+        if s is not None:
+            timed &= self.rec_hi >= s
+        idx, day = np.flatnonzero(timed), self.rec_lo[timed]
+        in_win = np.ones(len(self.untimed_rec), bool)
+        if s is not None:
+            in_win &= self.untimed_day >= s
+        if e is not None:
+            in_win &= self.untimed_day <= e
+        u_rec, u_day = self.untimed_rec[in_win], self.untimed_day[in_win]
+        if len(u_rec):  # each untimed record's first in-window day
+            order = np.lexsort((u_day, u_rec))
+            u_rec, u_day = u_rec[order], u_day[order]
+            first = np.r_[True, u_rec[1:] != u_rec[:-1]]
+            idx, day = np.r_[idx, u_rec[first]], np.r_[day, u_day[first]]
+        return idx[np.lexsort((self.records.id_rank[idx], day))].tolist()
+
+    def turn_mask(self, start, end) -> np.ndarray:
+        """`Store.turns_in_window` as a mask over the turns."""
+        s, e = _day_bounds(start, end)
+        mask = ~np.isnat(self.turn_day)
+        if s is not None:
+            mask &= self.turn_day >= s
+        if e is not None:
+            mask &= self.turn_day <= e
+        return mask
+
+    def match_nodes(self, names: Iterable[str]) -> list[int]:
+        """`Store.match_nodes`: nodes whose normalised name is a normalised query name."""
+        hits = {i for n in names if n for i in self.by_name.get(normalize_name(n), ())}
+        return sorted(hits, key=self.match_rank.__getitem__)
+
+    def node_records(self, node_ids: Sequence[str]) -> list[int]:
+        """`Store.node_records`: records linked to any of the nodes, most links first, then id."""
+        parts = [self.node_links[n] for n in dict.fromkeys(node_ids) if n in self.node_links]
+        if not parts:
+            return []
+        recs, counts = np.unique(np.concatenate(parts), return_counts=True)
+        return recs[np.lexsort((self.records.id_rank[recs], -counts))].tolist()
+
+    def covering(self, turn_id: str) -> list[int]:
+        """The records citing `turn_id` (one entry per citation), in record_id order."""
+        return self.cover.get(turn_id, [])
+
+    def bm25(self, query_text: str, k: int) -> list[int]:
+        """`Store.bm25_topk` over the turns: positions of the top-k sharing a query term."""
+        return [i for i, _ in bm25_order(self.bm25_index, query_text, k)]
+
+    # ---- rows as the store returns them (for evidence) ---------------------------------------
+    def record_row(self, i: int) -> dict:
+        row = {c: v[i] for c, v in self.records.cols.items()}
+        row["embedding"] = self.records.vector(i)
+        return row
+
+    def turn_row(self, i: int) -> dict:
+        row = {c: v[i] for c, v in self.turns.cols.items()}
+        row["embedding"] = self.turns.vector(i)
+        return row
+
+    def token_memo(self, counter) -> dict[str, int]:
+        """What `counter` charged for each evidence line of this conversation so far: a line is
+        fixed for the snapshot, so its count is, and a warm question need not tokenize again."""
+        return self._tokens.setdefault(counter, {})
+
+    def check_queries(self, queries) -> np.ndarray:
+        """The query vectors as float32 [routes, dim], with the errors `Store.vector_topk` gives."""
+        q = np.asarray(queries, dtype=np.float32)
+        q = q.reshape(1, -1) if q.ndim == 1 else q
+        if q.shape[1] != self.dim:
+            raise ValueError(f"query vector has {q.shape[1]} values; the store's embeddings have {self.dim}")
+        if not np.isfinite(q).all():
+            raise ValueError("query vector holds NaN or infinite values")
+        return q
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.turn_day, self.rec_lo, self.rec_hi, self.rec_timed, self.untimed_rec, self.untimed_day,
+                  self.match_rank, *self.node_links.values())
+        index = sum(a.nbytes for a in arrays) + _py_bytes(self.cover) + _py_bytes(self.by_name) + _py_bytes(self.turn_pos)
+        return self.turns.nbytes + self.records.nbytes + self.nodes.nbytes + index + _bm25_bytes(self.bm25_index)
+
+
+class ConversationCache:
+    """Loaded conversations of one store, least recently used evicted past `max_bytes`."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self._items: OrderedDict[str, Conversation] = OrderedDict()
+        self.nbytes = 0
+        self.loads = 0  # conversations loaded so far (a reload after eviction counts again)
+
+    def get(self, store: Store, conversation_id: str) -> Conversation:
+        conv = self._items.get(conversation_id)
+        if conv is not None:
+            self._items.move_to_end(conversation_id)
+            return conv
+        conv = Conversation.load(store, conversation_id)
+        self.loads += 1
+        self._items[conversation_id] = conv
+        self.nbytes += conv.nbytes
+        self._evict(keep=conversation_id)
+        return conv
+
+    def discard(self, conversation_id: str) -> None:
+        """Forget one conversation (its next question loads it again)."""
+        conv = self._items.pop(conversation_id, None)
+        if conv is not None:
+            self.nbytes -= conv.nbytes
+
+    def resize(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self._evict(keep=next(reversed(self._items), None))
+
+    def _evict(self, keep: str | None) -> None:
+        while self.nbytes > self.max_bytes and len(self._items) > 1:
+            cid, conv = next(iter(self._items.items()))
+            if cid == keep:
+                break
+            del self._items[cid]
+            self.nbytes -= conv.nbytes
+
+    def __contains__(self, conversation_id: str) -> bool:
+        return conversation_id in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+# One cache per opened Store (weakly keyed: it goes with the Store), shared by every Retriever
+# and baseline over that Store, so evaluate's baselines read the retriever's warm rows.
+_CACHES: "weakref.WeakKeyDictionary[Store, ConversationCache]" = weakref.WeakKeyDictionary()
+
+
+def cache_for(store: Store, max_bytes: int | None = None) -> ConversationCache:
+    """The cache of this Store, made on first use; `max_bytes` (when given) sets its bound."""
+    cache = _CACHES.get(store)
+    if cache is None:
+        cache = _CACHES[store] = ConversationCache(max_bytes or RetrievalConfig().cache_mb * 2**20)
+    elif max_bytes is not None and max_bytes != cache.max_bytes:
+        cache.resize(max_bytes)
+    return cache
+
+
+def drop_cache(store: Store) -> None:
+    """Forget this Store's cache now (a closed Store needs it no more)."""
+    _CACHES.pop(store, None)
+
+
+# --------------------------------------------------------------------------------------------
+def _vectors(data: pa.Table, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row positions with a vector, float32 [m, dim] C-contiguous copy of their vectors). A
+    NULL embedding (a node kind that is not embedded) or no embedding column: no vector."""
+    if "embedding" not in data.column_names or data.num_rows == 0:
+        return np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
+    col = data.column("embedding").combine_chunks()
+    if isinstance(col, pa.ExtensionArray):  # pragma: no cover - not produced by the views
+        col = col.storage
+    flat = col.values[col.offset * dim:(col.offset + len(col)) * dim].to_numpy(zero_copy_only=False)
+    mat = flat.astype(np.float32, copy=False).reshape(len(col), dim)
+    rows = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False)) if col.null_count else np.arange(len(col))
+    return rows.astype(np.int64), np.ascontiguousarray(mat[rows])
+
+
+def _days(col: pa.ChunkedArray) -> np.ndarray:
+    """A DATE or TIMESTAMP column as datetime64[D] (NaT for NULL); timestamps floor to their
+    day, as CAST(ts AS DATE) does."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if len(arr) == 0:
+        return np.zeros(0, "datetime64[D]")
+    return arr.to_numpy(zero_copy_only=False).astype("datetime64[D]")
+
+
+def _day_bounds(start, end) -> tuple[np.datetime64 | None, np.datetime64 | None]:
+    s, e = Store.window_dates(start, end)
+    return (None if s is None else np.datetime64(s, "D")), (None if e is None else np.datetime64(e, "D"))
+
+
+def _py_bytes(obj) -> int:
+    """Heap of a list/dict of strings, numbers, dates or lists of them, by sys.getsizeof."""
+    size = sys.getsizeof(obj)
+    items = obj.items() if isinstance(obj, dict) else ((x,) for x in obj)
+    for parts in items:
+        for x in parts:
+            size += _py_bytes(x) if isinstance(x, (list, tuple)) else sys.getsizeof(x)
+    return size
+
+
+def _bm25_bytes(index: Bm25Index) -> int:
+    if index.model is None:
+        return 0
+    arrays = sum(v.nbytes for v in index.model.scores.values() if isinstance(v, np.ndarray))
+    return arrays + _py_bytes(index.model.vocab_dict) + _py_bytes(index.rows)
