@@ -5,7 +5,10 @@ the fake OpenAI-compatible server and checks its token accounting against the se
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -46,7 +49,10 @@ def rules_grid(cut_input, embedder, tmp_path_factory):
     path, n_turns = cut_input
     out = tmp_path_factory.mktemp("ablate-rules")
     grid = load_grid(SPEC, [REDUCED, "grid.questions_per_conversation=6"])
-    result = run_ablation(grid, str(path), str(out), embedder=embedder)
+    stderr = io.StringIO()  # no terminal: the progress comes as whole lines
+    with contextlib.redirect_stderr(stderr):
+        result = run_ablation(grid, str(path), str(out), embedder=embedder)
+    (out / "progress.log").write_text(stderr.getvalue())
     rows = {r["variant"]: r for r in pq.read_table(out / "ablation.parquet").to_pylist()}
     return result, rows, out, n_turns
 
@@ -73,6 +79,19 @@ def test_one_row_per_variant_and_reference(rules_grid):
     md = (out / "ablation.md").read_text()
     for name in rows:
         assert f"| {name} |" in md
+
+
+def test_progress_names_each_grid_point_and_how_many_are_left(rules_grid):
+    _, rows, out, _ = rules_grid
+    lines = [line for line in (out / "progress.log").read_text().splitlines() if line.startswith("ablate: ")]
+    assert lines[0] == "ablate: reading and embedding the conversations once for every grid point"
+    starts = [m.groups() for m in (re.fullmatch(r"ablate: (\S+) \[(\d+)/7, (\d+) after it\]", line) for line in lines) if m]
+    # window_matches targets run first (full sizes window's windows), references last
+    assert [s[0] for s in starts] == ["full", "eager", "vector_only", "delta_0.30", "window", "full_context", "naive_rag"]
+    assert [(int(i), int(left)) for _, i, left in starts] == [(i, 7 - i) for i in range(1, 8)]
+    assert "ablate: full: build the store (encode, organize, write)" in lines and "ablate: naive_rag: evaluate" in lines
+    assert "ablate: vector_only: build the store (encode, organize, write)" not in lines  # it reuses full's store
+    assert lines[-1] == "ablate: 7/7 grid points done (100%)"
 
 
 def test_eager_calls_equal_exchanges_and_full_calls_equal_segments(rules_grid):

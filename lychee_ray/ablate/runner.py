@@ -11,7 +11,8 @@ context, naive RAG). The grid runs in ONE process so that work is shared instead
 - an evaluation is done once per distinct (build, retrieval/answer settings).
 
 The counts of what was actually done, against the naive sum of independent runs, go into the
-report. Metrics, table and plots are written by `lychee_ray.ablate.report`.
+report. Metrics, table and plots are written by `lychee_ray.ablate.report`. A grid takes tens of
+minutes, so stderr shows which grid point runs, its phase, and how many points are left.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from lychee_ray.ablate.report import write_report
 from lychee_ray.config import ConfigError, LycheeConfig
 from lychee_ray.embedding import Embedder
 from lychee_ray.evaluate.answers import ANSWERS_SCHEMA, answer_row
-from lychee_ray.evaluate.job import evaluate_in_process
+from lychee_ray.evaluate.job import Progress, evaluate_in_process
 from lychee_ray.evaluate.metrics import evidence_recall
 from lychee_ray.evaluate.questions import load_questions
 from lychee_ray.evaluate.stages import AnswerStage, JudgeStage
@@ -402,9 +403,17 @@ class GridRunner:
         return self._embedder
 
     def run(self) -> list[VariantRun]:
+        self.progress = Progress(len(self.grid.variants) + len(self.grid.references), "ablate", "grid point")
+        try:
+            return self._run()
+        finally:
+            self.progress.close()
+
+    def _run(self) -> list[VariantRun]:
         grid = self.grid
         self.out.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
+        self.progress.phase("reading and embedding the conversations once for every grid point")
         convs, self.problems = read_conversations(grid.base, self.input_path, grid.spec.max_conversations)
         if not convs:
             raise ConfigError(f"input {self.input_path} holds no usable conversation: " + "; ".join(self.problems[:5]))
@@ -420,10 +429,16 @@ class GridRunner:
         # Targets of window_matches first: their segment counts size the windows.
         targets = {v.window_matches for v in grid.variants if v.window_matches}
         ordered = sorted(grid.variants, key=lambda v: (v.window_matches is not None, v.name not in targets))
-        runs = {v.name: self.run_variant(v) for v in ordered}
+        runs = {}
+        for v in ordered:
+            self.progress.start(v.name)
+            runs[v.name] = self.run_variant(v)
+            self.progress.update()
         out = [runs[v.name] for v in grid.variants]
         for ref in grid.references:
+            self.progress.start(ref.name)
             out.append(self.run_reference(ref, runs[grid.spec.reference_build]))
+            self.progress.update()
         self.work.embed_calls = dict(embedder.calls)
         self.work.embed_texts = dict(embedder.texts)
         return out
@@ -434,6 +449,7 @@ class GridRunner:
         matched = self.by_variant_seg[v.window_matches] if v.window_matches else None
         skey = segmentation_key(cfg, matched)
         if skey not in self.segmentations:
+            self.progress.phase("segment")
             self.segmentations[skey] = segment_all(self.convs, cfg, matched, skey)
             self.work.segmentations += 1
             marginal += self.segmentations[skey].seconds
@@ -442,6 +458,7 @@ class GridRunner:
         bkey = _hash(cfg.build_hash(), skey)
         if bkey not in self.builds:
             log.info("ablate: building %s (%s)", v.name, bkey)
+            self.progress.phase("build the store (encode, organize, write)")
             self.builds[bkey] = build_store(seg, cfg, self.out / "builds" / v.name, self.embedder(), bkey, v.name)
             self.work.builds += 1
             marginal += self.builds[bkey].seconds
@@ -449,6 +466,7 @@ class GridRunner:
         ekey = _hash(bkey, cfg.retrieval.model_dump(mode="json"), cfg.evaluate.model_dump(mode="json"), cfg.llm.model_dump(mode="json"))
         if ekey not in self.evaluations:
             log.info("ablate: evaluating %s", v.name)
+            self.progress.phase("evaluate")
             self.evaluations[ekey] = evaluate_store(build, cfg, self.embedder(), self.out, ekey, v.name, self.grid.spec.questions_per_conversation)
             self.work.evaluations += 1
             marginal += self.evaluations[ekey].seconds
@@ -459,6 +477,7 @@ class GridRunner:
     def run_reference(self, ref: ReferenceSpec, base_run: VariantRun) -> VariantRun:
         cfg = base_run.cfg
         log.info("ablate: reference %s", ref.name)
+        self.progress.phase("evaluate")
         ev = evaluate_reference(ref, base_run.build, cfg, self.embedder(), self.out, self.grid.spec.questions_per_conversation)
         self.work.evaluations += 1
         # An independent reference run needs the turns embedded and stored, not encoded.

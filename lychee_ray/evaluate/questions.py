@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -116,6 +117,36 @@ def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list
         items = items[: cfg.evaluate.max_questions]
     mark_unanswerable(store, items, questions_path or "the store's questions table")
     return items
+
+
+def by_conversation(items: list[QAItem]) -> list[QAItem]:
+    """The questions with each conversation's together: conversations in order of first
+    appearance, questions within one in their given order (a stable sort)."""
+    first: dict[str, int] = {}
+    for it in items:
+        first.setdefault(it.conversation_id, len(first))
+    return sorted(items, key=lambda it: first[it.conversation_id])
+
+
+def conversation_groups(items: list[QAItem], size: int) -> list[list[QAItem]]:
+    """The questions cut into batches of whole conversations: conversations are packed in order
+    while the batch holds at most `size` questions, and a conversation with more than `size` is
+    cut into consecutive pieces of `size`, each a batch of its own. A retrieve actor given such
+    a batch works through whole conversations, so it loads each into its cache once."""
+    groups: list[list[QAItem]] = []
+    current: list[QAItem] = []
+    for _, run in groupby(by_conversation(items), key=lambda it: it.conversation_id):
+        run = list(run)
+        if current and len(current) + len(run) > size:
+            groups.append(current)
+            current = []
+        if len(run) > size:
+            groups.extend(run[i : i + size] for i in range(0, len(run), size))
+        else:
+            current.extend(run)
+    if current:
+        groups.append(current)
+    return groups
 
 
 def unreadable_item(line: UnreadableLine) -> QAItem:

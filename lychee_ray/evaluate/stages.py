@@ -3,9 +3,15 @@
 Retrieve also measures evidence recall at every budget and runs the baselines; judge scores every
 answer lexically and, with an LLM, asks the benchmark's judge. As `runtime.stage` stages they run
 as Ray Data actors in the job and in-process in the ablation grid (sharing one loaded model).
+Each stage declares its actors, CPUs, batch size and in-flight limit from `evaluate.stages`.
 """
 
 from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import numpy as np
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.embedding import Embedder
@@ -15,13 +21,16 @@ from lychee_ray.llm.client import LLMClient, run_closing
 from lychee_ray.llm.prompts import locomo_judge_messages, longmemeval_judge_messages
 from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.query.answer import Answerer, Planner
+from lychee_ray.query.fusion import budget_topk
 from lychee_ray.query.rerank import CrossEncoderReranker
-from lychee_ray.query.retrieve import Retriever, baseline_turns, entity_names
+from lychee_ray.query.retrieve import Evidence, Retriever, baseline_turns, entity_names, route_text
 from lychee_ray.rules.answerer import extractive_answer
 from lychee_ray.runtime.stage import AsyncStage, Resources, Stage
 from lychee_ray.schemas import JudgeOutput
 from lychee_ray.store.reader import open_store
 from lychee_ray.tokens import token_counter
+
+log = logging.getLogger(__name__)
 
 
 def _client(cfg: LycheeConfig):
@@ -35,16 +44,29 @@ def _tag(item: QAItem) -> str:
     return f"{item.conversation_id}/{item.question_id}"
 
 
+def _resources(cfg: LycheeConfig, stage: str) -> Resources:
+    """A stage's Ray Data resources from `evaluate.stages`. Plan and retrieve take each block
+    whole (batch_size None): the job makes one block per conversation group, so a retrieve
+    actor gets whole conversations in a row (see `evaluate.questions.conversation_groups`)."""
+    scale = getattr(cfg.evaluate.stages, stage)
+    batch = None if stage in ("plan", "retrieve") else cfg.evaluate.batch_size(stage)
+    return Resources(num_cpus=scale.num_cpus, num_actors=scale.num_actors, batch_size=batch)
+
+
+def _in_flight(cfg: LycheeConfig, stage: str) -> int:
+    return getattr(cfg.evaluate.stages, stage).in_flight or cfg.llm.max_in_flight
+
+
 # --------------------------------------------------------------------------------------------
 # Stages
 # --------------------------------------------------------------------------------------------
 class PlanStage(AsyncStage[QAItem]):
     name = "plan"
-    resources = Resources(num_cpus=0.25, num_actors=1)  # waits on the LLM
 
     def __init__(self, cfg: LycheeConfig, store_dir: str):
         self.cfg, self.store_dir = cfg, store_dir
-        self.max_in_flight = cfg.llm.max_in_flight
+        self.resources = _resources(cfg, self.name)
+        self.max_in_flight = _in_flight(cfg, self.name)
 
     def setup(self):
         self.store = open_store(self.store_dir, self.cfg)
@@ -73,11 +95,12 @@ class PlanStage(AsyncStage[QAItem]):
 
 class RetrieveStage(Stage[QAItem]):
     name = "retrieve"
-    resources = Resources(num_cpus=1, num_actors=1)  # keeps the embedder and the store open
 
     def __init__(self, cfg: LycheeConfig, store_dir: str, embedder=None):
         self.cfg, self.store_dir = cfg, store_dir
+        self.resources = _resources(cfg, self.name)  # keeps the embedder and the store open
         self.embedder = embedder  # share one loaded model when run in-process (ablation grid)
+        self.vectors: dict[str, np.ndarray] = {}  # this batch's query texts, embedded together
 
     def setup(self):
         self.store = open_store(self.store_dir, self.cfg)
@@ -85,8 +108,10 @@ class RetrieveStage(Stage[QAItem]):
         reranker = None
         if self.cfg.retrieval.rerank.enabled:
             reranker = CrossEncoderReranker(self.cfg.retrieval.rerank)
-        self.count = token_counter(self.cfg.tokenizer_spec).count  # budgets in the served model's tokens
-        self.retriever = Retriever(self.store, self.cfg.retrieval, self.embedder.encode, reranker, self.count)
+        # budgets in the served model's tokens; memoised, since a conversation's turns come back
+        # as baseline hits (200 per search) question after question
+        self.count = lru_cache(maxsize=1 << 16)(token_counter(self.cfg.tokenizer_spec).count)
+        self.retriever = Retriever(self.store, self.cfg.retrieval, self.embed, reranker, self.count)
         counts = self.store.con.execute("select conversation_id, count(*) from records group by 1").fetchall()
         self.record_counts = dict(counts)
 
@@ -100,20 +125,20 @@ class RetrieveStage(Stage[QAItem]):
         item.retrieved_turn_ids = result.source_turn_ids
         item.context_tokens = result.context_tokens
         item.evidence_recall = evidence_recall(item.evidence_turn_ids, item.retrieved_turn_ids)
-        qv = self.embedder.encode([item.question])[0]
+        qv = self.embed([item.question])[0]
         item.recall_curve = []
         for b in budgets:
             sel = self.retriever.select(result.fused, result.candidates, qv, b)
             item.recall_curve.append(evidence_recall(item.evidence_turn_ids, list(dict.fromkeys(t for e in sel for t in e.source_turn_ids))))
         for name in self.cfg.evaluate.baselines:
-            curve, main = [], None
-            for b in budgets:
-                sel = baseline_turns(self.store, name, item.conversation_id, item.question, qv, b, count=self.count)
-                curve.append(evidence_recall(item.evidence_turn_ids, [e.source_turn_ids[0] for e in sel]))
-            main = baseline_turns(self.store, name, item.conversation_id, item.question, qv, self.cfg.retrieval.context_token_budget, count=self.count)
+            # One search per baseline: every hit with its token count, then each budget's cut.
+            ranked = baseline_turns(self.store, name, item.conversation_id, item.question, qv, UNBOUNDED, count=self.count,
+                                    engine=self.cfg.retrieval.engine)
+            curve = [evidence_recall(item.evidence_turn_ids, _turn_ids(cut_to_budget(ranked, b))) for b in budgets]
+            main = cut_to_budget(ranked, self.cfg.retrieval.context_token_budget)
             item.baselines[name] = {
                 "recall_curve": curve,
-                "recall": evidence_recall(item.evidence_turn_ids, [e.source_turn_ids[0] for e in main]),
+                "recall": evidence_recall(item.evidence_turn_ids, _turn_ids(main)),
                 "evidence": [e.prompt_item() for e in main],
             }
 
@@ -121,7 +146,25 @@ class RetrieveStage(Stage[QAItem]):
         for item in items:
             if item.status == "ok" and item.conversation_id not in self.record_counts and not self._known(item.conversation_id):
                 item.status, item.error = "error", f"conversation {item.conversation_id!r} is not in the store"
-        return super().process_batch(items)
+        texts = sorted({t for item in items if item.status == "ok" for t in query_texts(item)})
+        try:
+            self.vectors = dict(zip(texts, self.embedder.encode(texts))) if texts else {}
+        except Exception as exc:  # e.g. an embedding endpoint down: each question then fails alone
+            log.warning("retrieve: embedding the batch's %d query texts failed (%s); embedding per question", len(texts), exc)
+        try:
+            return super().process_batch(items)
+        finally:
+            self.vectors = {}
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Query vectors from the batch's one encode call (a forward pass over many short texts
+        costs about a tenth per text of one call each); a text not foreseen is encoded alone.
+        A text's vector depends on the batch it was encoded in (padding: ~1e-7), and the job
+        and `evaluate_in_process` cut the same conversation groups, so runs agree exactly."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            self.vectors.update(zip(missing, self.embedder.encode(missing)))
+        return np.stack([self.vectors[t] for t in texts])
 
     def teardown(self):
         self.store.close()
@@ -130,13 +173,20 @@ class RetrieveStage(Stage[QAItem]):
         return bool(self.store.con.execute("select 1 from conversations where conversation_id = ? limit 1", [cid]).fetchall())
 
 
+def query_texts(item: QAItem) -> list[str]:
+    """What retrieve embeds for a question: its routes' texts (`Retriever.retrieve`; the question
+    when the plan has no route) and the question itself (recall curve and baselines)."""
+    routes = item.plan.routes if item.plan is not None else []
+    return [*(route_text(r) for r in routes), item.question]
+
+
 class AnswerStage(AsyncStage[QAItem]):
     name = "answer"
-    resources = Resources(num_cpus=0.25, num_actors=1)
 
     def __init__(self, cfg: LycheeConfig):
         self.cfg = cfg
-        self.max_in_flight = cfg.llm.max_in_flight
+        self.resources = _resources(cfg, self.name)
+        self.max_in_flight = _in_flight(cfg, self.name)
 
     def setup(self):
         self.answerer = Answerer(self.cfg, _client(self.cfg))
@@ -160,11 +210,11 @@ class AnswerStage(AsyncStage[QAItem]):
 
 class JudgeStage(AsyncStage[QAItem]):
     name = "judge"
-    resources = Resources(num_cpus=0.25, num_actors=1)
 
     def __init__(self, cfg: LycheeConfig):
         self.cfg = cfg
-        self.max_in_flight = cfg.llm.max_in_flight
+        self.resources = _resources(cfg, self.name)
+        self.max_in_flight = _in_flight(cfg, self.name)
 
     def setup(self):
         # the judge's own endpoint and model (`judge:`), not the answering model's
@@ -195,6 +245,28 @@ class JudgeStage(AsyncStage[QAItem]):
             item.judge_label = result.parsed.label
         else:
             item.llm_errors.append(f"judge: {result.error}")
+
+
+# --------------------------------------------------------------------------------------------
+# Baseline budgets
+# --------------------------------------------------------------------------------------------
+# A budget no baseline search can fill (k hits of a few hundred tokens each): `baseline_turns`
+# then returns every hit, in rank order, each with its token count.
+UNBOUNDED = 2**62
+
+
+def cut_to_budget(ranked: list[Evidence], budget: int) -> list[Evidence]:
+    """What `baseline_turns` selects at `budget`, from its unbounded answer: the same greedy
+    `budget_topk` over the same ranked hits and counts. Cut from the full ranking, not from the
+    largest budget's selection: a hit that does not fit is skipped and later, cheaper ones are
+    still taken, so a smaller budget may keep hits a larger one dropped (costs [90, 30, 30]:
+    budget 60 takes the two 30s, budget 100 only the 90)."""
+    chosen = budget_topk(range(len(ranked)), [e.tokens for e in ranked], budget)
+    return [ranked[i] for i in chosen]
+
+
+def _turn_ids(selected: list[Evidence]) -> list[str]:
+    return [e.source_turn_ids[0] for e in selected]
 
 
 def score_f1(prediction: str, gold: str, category: str, benchmark: str) -> float:
