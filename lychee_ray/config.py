@@ -45,6 +45,11 @@ class ReadConfig(_Section):
     # The tokenizer that cap counts with: derived from `llm` (LycheeConfig.tokenizer_spec, the
     # segmenter's tokenizer) when the config loads, so a set value is replaced; set llm.tokenizer.
     tokenizer: str | None = None
+    # A plain (uncompressed) JSON Lines file larger than this is read by several tasks, one byte
+    # range of about this size each, cut at line starts and streamed; 0: every file is read whole
+    # by one task. 64 MiB: big enough that the extra pass which numbers each range's lines costs
+    # little next to parsing it, small enough that a few hundred MB spread over a node's cores.
+    split_bytes: int = Field(64 * 2**20, ge=0)
 
 
 class EmbeddingConfig(_Section):
@@ -148,6 +153,18 @@ class LLMConfig(_Section):
     # a call. Past it the remaining segments fall back to rules records (degraded, with an
     # `errors` row) instead of waiting on the endpoint.
     conversation_deadline_s: float = Field(3600.0, gt=0)
+    # Circuit breaker (per client, i.e. per encoder actor): after this many transient failures
+    # in a row (connection refused or dropped, timeouts, 408/409/429/5xx once the openai client's
+    # own max_retries are spent) it opens and calls fail at once, with no request sent; the
+    # encoder then leaves a conversation `pending` for the next run instead of degrading the rest
+    # of the archive to rules records. 5: each failure has already been retried max_retries
+    # times with backoff, so five in a row is an endpoint that is down or throttling hard, not
+    # one bad moment; any answer from the server resets the count.
+    breaker_failures: int = Field(5, ge=1)
+    # While open, one probe request goes through after this many seconds; an answer closes the
+    # breaker, a failure opens it for as long again. 60 s: rate limits are counted per minute,
+    # so a 429 storm has passed within one, and one probe a minute costs a dead endpoint nothing.
+    breaker_cooldown_s: float = Field(60.0, gt=0)
     temperature: float = 0.0
     # "vllm" keeps maxLength/maxItems in JSON schemas (xgrammar enforces them and they bound a
     # bad model's output); "openai" strips keywords that OpenAI strict mode rejects.
@@ -201,10 +218,33 @@ class EncoderConfig(_Section):
     estimate_tokens: bool = True
 
 
+class IngestConfig(_Section):
+    """When an ingest run counts as failed, and what to do with a history that changed."""
+
+    # A run whose degraded segments (rules fallback records after an LLM failure that was not an
+    # outage: a reply still invalid after the repair, a deadline) are more than this fraction of
+    # the segments it encoded exits non-zero. 0.2: a few failures in a large nightly archive must
+    # not fail the job, but when one segment in five is rules records the memory is no longer
+    # the model's (a wrong model name, a schema the server cannot follow).
+    max_degraded_fraction: float = Field(0.2, ge=0.0, le=1.0)
+    # A stored conversation whose earlier turns changed in the input: "error" records it and
+    # leaves the stored one as it was; "reingest" rebuilds it from the input.
+    on_changed_history: Literal["error", "reingest"] = "error"
+
+
 class OrganizeConfig(_Section):
     event_frame_turns: int = 8  # an event frame is a session plus a window of this many turns
     min_entity_records: int = 1  # entity nodes with fewer records are dropped
     max_topic_nodes: int = 200  # per conversation, most frequent first
+    # Node kinds whose names are embedded for the node channel's vector match. Time ("2024-01-05")
+    # and event-frame ("session_1 turns 1-8") names mean nothing as vectors: those nodes are
+    # stored with a NULL embedding and found by date (time channel) and by name (match_nodes).
+    vector_node_kinds: list[Literal["entity", "topic", "entity_topic", "time", "event_frame"]] = Field(
+        default_factory=lambda: ["entity", "topic", "entity_topic"]
+    )
+    # Node-name vectors kept per organize actor across conversations and batches (a topic recurs
+    # in many conversations); 1.5 KB each at 384-d. 0: no cache (still one vector per distinct name per batch).
+    name_cache_entries: int = Field(50_000, ge=0)
 
 
 class StoreConfig(_Section):
@@ -233,6 +273,43 @@ class RetrievalConfig(_Section):
     # that holds nothing is ignored); channel: the window only adds the time channel (ablation)
     time_routes: Literal["filter", "channel"] = "filter"
     rerank: RerankConfig = Field(default_factory=RerankConfig)
+    # cache: a conversation's rows are loaded once into memory and every channel runs as numpy
+    # (query/cache.py); store: every channel is its own DuckDB query (same rankings, slower)
+    engine: Literal["cache", "store"] = "cache"
+    cache_mb: int = Field(512, gt=0)  # LRU bound of the cached conversations, per opened store
+
+
+class EvaluateStageConfig(_Section):
+    """How one evaluate stage runs on Ray Data: a pool of `num_actors` actors of `num_cpus`
+    logical CPUs each, `batch_size` questions per call, and (LLM stages) up to `in_flight`
+    questions per actor waiting on the endpoint at once."""
+
+    num_actors: int = Field(1, ge=1)
+    batch_size: int | None = Field(None, ge=1)  # None: evaluate.questions_per_batch
+    # None: llm.max_in_flight. The LLM client's own limit (llm.max_in_flight per process) still applies.
+    in_flight: int | None = Field(None, ge=1)
+    num_cpus: float = Field(0.25, gt=0)  # logical CPUs per actor (Ray scheduling, not threads)
+
+
+class EvaluateStagesConfig(_Section):
+    """Per-stage scale of `lychee-ray evaluate`. Retrieve's batch is a conversation group: whole
+    conversations packed up to batch_size questions (a longer one is cut into pieces of that
+    size), and plan takes the same groups whole, so each retrieve actor gets whole conversations
+    in a row and its per-conversation cache stays warm."""
+
+    plan: EvaluateStageConfig = Field(default_factory=EvaluateStageConfig)
+    # CPU-bound (query embedding, channels, MMR, baselines): a whole CPU per actor by default
+    retrieve: EvaluateStageConfig = Field(default_factory=lambda: EvaluateStageConfig(num_cpus=1.0))
+    answer: EvaluateStageConfig = Field(default_factory=EvaluateStageConfig)
+    judge: EvaluateStageConfig = Field(default_factory=EvaluateStageConfig)
+
+    @model_validator(mode="after")
+    def _meaningful_knobs(self) -> "EvaluateStagesConfig":
+        if self.retrieve.in_flight is not None:
+            raise ValueError("evaluate.stages.retrieve.in_flight: retrieve asks no LLM and takes its questions one at a time; scale it with num_actors")
+        if self.plan.batch_size is not None:
+            raise ValueError("evaluate.stages.plan.batch_size: plan takes retrieve's conversation groups whole; set evaluate.stages.retrieve.batch_size")
+        return self
 
 
 class EvaluateConfig(_Section):
@@ -243,7 +320,9 @@ class EvaluateConfig(_Section):
     baselines: list[Literal["naive_rag", "bm25"]] = Field(default_factory=lambda: ["naive_rag", "bm25"])
     recall_budgets: list[int] = Field(default_factory=lambda: [250, 500, 1000, 1500, 2000])
     max_questions: int | None = None  # cap for quick runs
-    questions_per_batch: int = 16
+    # questions per batch of every stage without its own batch_size (and per answers part)
+    questions_per_batch: int = Field(16, ge=1)
+    stages: EvaluateStagesConfig = Field(default_factory=EvaluateStagesConfig)
     max_answer_tokens: int = 256
     max_plan_tokens: int = 512
     # schema bounds of the planner and answer replies (xgrammar enforces them under the vllm
@@ -252,6 +331,12 @@ class EvaluateConfig(_Section):
     plan_goal_chars: int = 300
     plan_field_chars: int = 80  # each search term, entity, topic, date
     max_answer_chars: int = 600
+
+    def batch_size(self, stage: str) -> int:
+        """Questions per batch of `stage` (plan/retrieve: the conversation group size)."""
+        if stage == "plan":
+            stage = "retrieve"
+        return getattr(self.stages, stage).batch_size or self.questions_per_batch
 
 
 class ServeConfig(_Section):
@@ -282,6 +367,7 @@ class LycheeConfig(_Section):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
 
     @model_validator(mode="after")
     def _turn_parts_fit_the_cap(self) -> "LycheeConfig":
