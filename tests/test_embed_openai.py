@@ -54,7 +54,9 @@ def test_vectors_are_unit_float32_deterministic_and_the_servers(fake_openai):
     assert np.allclose(vecs, expected(TEXTS), atol=1e-5)
     assert np.array_equal(emb.encode([TEXTS[3]])[0], vecs[3])  # alone or in a batch: the same
     (req, _) = fake_openai.requests
-    assert req["endpoint"] == "embeddings" and req["model"] == "fake-embed" and req["input"] == TEXTS
+    # TEXTS[2] repeats TEXTS[0]: sent once, its vector copied to both places
+    assert req["endpoint"] == "embeddings" and req["model"] == "fake-embed" and req["input"] == list(dict.fromkeys(TEXTS))
+    assert len(req["input"]) == len(TEXTS) - 1 and emb.usage.duplicates == 1
     assert req["dimensions"] is None  # not sent unless configured
 
 

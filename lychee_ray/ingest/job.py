@@ -1,11 +1,13 @@
 """The ingest job as a Ray Data pipeline: read -> embed -> segment -> encode -> organize -> write.
 
-Planning happens on the driver and is cheap: list the input files, open the output (which
-removes debris of a killed run and tells which conversations are already complete), and
-describe the dataset. Execution streams: each input file is read by a task that yields small
-blocks of conversations; stateful stages (the embedding model, the LLM client) are actor
-pools; the writer commits Parquet files batch by batch. The driver only aggregates counters,
-so its memory does not grow with the archive.
+Planning happens on the driver and is cheap: list the input files (any pyarrow filesystem URI),
+open the output (which removes debris of a killed run), read what the store holds of each
+conversation (turn count and digest), and describe the dataset. Execution streams: each file, or
+byte range of a large JSONL file, is read by a task that compares every conversation with the
+store (`resume.classify`: unchanged ones are skipped, grown ones extended, edited ones recorded)
+and yields small blocks; stateful stages (the embedding model, the LLM client) are actor pools;
+the writer commits Parquet files batch by batch. The driver only aggregates counters, so its
+memory does not grow with the archive.
 """
 
 from __future__ import annotations

@@ -10,15 +10,17 @@ Sources (detected from the content, not the file name: `files._detect_object`), 
   content|text, timestamp?}]}), which covers OpenAI chat / fine-tuning JSONL ({messages: [{role,
   content: text or a list of parts}]});
 - `sharegpt`: ShareGPT JSON/JSONL ({id, conversations: [{from: human|gpt|system|..., value}]});
-- `turns`: turn-level JSONL or Parquet (one turn per row with a conversation_id), grouped per file.
+- `turns`: turn-level JSONL or Parquet (one turn per row with a conversation_id); the job groups
+  the rows of a conversation from every file of the input (`turns.group_conversation`).
 Every reader takes (object, `common.Source`, config). A conversation the source gives no id gets
 `common.anon_id`: a hash of the file's path relative to the input root, the line or item, and the
 object's content, so the same file read twice agrees and two folders never collide. System
 prompts, tool traffic and (ChatGPT) other branches are no turns: each one skipped is an errors row
 naming it (`skipped_system`, `skipped_tool`, `skipped_no_text`, `off_branch`), so a source's
 turns add up to stored turns + skipped rows.
-`files` lists the input files (every file under a folder, except a lychee-ray store inside it)
-and dispatches each object of a file to its reader; `decode` turns a file's bytes into parseable
+`files` lists the input files (every file under a folder or URI, except a lychee-ray store inside
+it) and dispatches each object of a file to its reader; `plan` cuts a large JSONL file into byte
+ranges at line boundaries, each read by a task of its own; `decode` turns a file's bytes into parseable
 text by content (gzip/zstd, Parquet magic, lenient UTF-8, JSON of any depth); `common` holds what
 all readers share. Each reader groups its turns into exchanges
 (`lychee_ray.io.exchanges`).
