@@ -23,6 +23,7 @@ from lychee_ray.ingest.job import run_ingest
 from .conftest import LOCOMO_PATH, REPO
 from .support.locomo_cut import cut_locomo
 from .support.locomo_store import local_config
+from .support.s3 import bucket_uri, moto_bucket
 
 BUCKET = "lychee"
 MAX_QUESTIONS = 4
@@ -31,27 +32,12 @@ MAX_QUESTIONS = 4
 @pytest.fixture(scope="module")
 def s3():
     """(endpoint, S3FileSystem) of a fresh moto server with one bucket."""
-    from moto.server import ThreadedMotoServer
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        try:
-            host, port = server.get_host_and_port()
-            endpoint = f"{host}:{port}"
-            fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", allow_bucket_creation=True)
-            fs.create_dir(BUCKET)
-            yield endpoint, fs
-        finally:
-            server.stop()
+    with moto_bucket(BUCKET) as server:
+        yield server
 
 
 def uri(endpoint: str, path: str) -> str:
-    return f"s3://testing:testing@{BUCKET}/{path}?endpoint_override={endpoint}&scheme=http"
+    return bucket_uri(BUCKET, endpoint, path)
 
 
 def names(fs: pafs.FileSystem, folder: str) -> set[str]:
