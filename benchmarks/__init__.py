@@ -15,6 +15,7 @@ these modules and runs each `main`. Helpers that are not benchmarks (synth_archi
 tune_segmenter, ...) do not start with `bench_` and are not run by it.
 """
 
+import os
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -27,3 +28,10 @@ def write_markdown(name: str, lines: list[str]) -> Path:
     out.write_text("\n".join(lines) + "\n")
     print(out.read_text())
     return out
+
+
+def machine_load() -> str:
+    """The load averages when a report is written, for its Markdown: on a shared machine they
+    say whether other work ran beside the measurement (read them against the CPU count)."""
+    one, five, fifteen = os.getloadavg()
+    return f"{os.cpu_count()} CPUs, load average {one:.2f} / {five:.2f} / {fifteen:.2f} (1 / 5 / 15 min) when the report was written"

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from benchmarks import write_markdown
+from benchmarks import machine_load, write_markdown
 from benchmarks.dev_split import PARTS, conversations
 from lychee_ray.config import LycheeConfig, load_config
 
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> Path:
     lines = [
         "# Evaluate throughput: 1 vs 2 actors per stage (LoCoMo dev, rules backend)",
         "",
-        f"`{cmd}` on this machine ({os.cpu_count()} CPUs, shared with other work while it ran). "
+        f"`{cmd}` on this machine ({machine_load()}). "
         f"{n_conv} conversation(s) ({ids}), categories 1-4, both baselines at recall budgets {one.evaluate.recall_budgets}; "
         f"ingest of the store first ({ingest_s:.0f} s, not in the figures). Each run is `run_evaluate` whole, "
         "actor start and report included; actor CPUs: " + ", ".join(f"{s} {c}" for s, c in CPUS.items()) + ".",

@@ -61,6 +61,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from benchmarks import machine_load
 from lychee_ray.config import LycheeConfig, load_config
 from lychee_ray.schemas import INGEST_TABLES
 from lychee_ray.store.reader import Store, open_store
@@ -453,7 +454,7 @@ def render(rows, notes, engine_rows=()) -> str:
     lines += [
         "# Store query latency per question (ms, p50 / p95)",
         "",
-        f"duckdb {duckdb.__version__}, {os.cpu_count()} cores (shared with other jobs while measured), "
+        f"duckdb {duckdb.__version__}, {machine_load()}, "
         f"run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. Rules backend; stores as described below.",
         "bm25_cold rebuilds the conversation's BM25 index; retrieve = all channels + RRF + MMR (Retriever.retrieve, "
         "engine=store), on precomputed query vectors.",
