@@ -48,7 +48,7 @@ def ray_local():
 
 
 from .support.fixtures import fake_openai, tiny_model_dir, vllm_server  # noqa: E402,F401  (LLM-path fixtures)
-from .support.locomo_store import locomo_dev_store  # noqa: E402,F401  (one LoCoMo store per session)
+from .support.locomo_store import fixture_store, local_embedder, locomo_dev_store  # noqa: E402,F401  (one LoCoMo store per session)
 
 
 # --------------------------------------------------------------------------------------------

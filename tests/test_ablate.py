@@ -37,11 +37,8 @@ def cut_input(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def embedder():
-    from lychee_ray.config import load_config
-    from lychee_ray.embedding import Embedder
-
-    return Embedder(load_config(REPO / "configs" / "local.yaml").embedding)
+def embedder(local_embedder):
+    return local_embedder
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from lychee_ray.query.fusion import budget_topk, mmr_select
 from lychee_ray.query.retrieve import TURN_PREFIX, Retriever
 from lychee_ray.rules.planner import RulesPlanner
 from lychee_ray.schemas import QueryPlan, Route, TimeWindow
-from lychee_ray.store.reader import open_store
 from lychee_ray.tokens import count_tokens
 
 from .support.locomo_store import local_config
@@ -57,16 +56,13 @@ def tables(locomo_dev_store):
 
 
 @pytest.fixture(scope="module")
-def embedder():
-    from lychee_ray.embedding import Embedder
-
-    return Embedder(local_config().embedding)
+def embedder(local_embedder):
+    return local_embedder
 
 
 @pytest.fixture(scope="module")
-def store(locomo_dev_store):
-    with open_store(str(locomo_dev_store), local_config()) as s:
-        yield s
+def store(fixture_store):
+    return fixture_store
 
 
 def retriever(store, embedder, *overrides: str) -> Retriever:

@@ -36,16 +36,13 @@ WINDOWS = [("2023-06-01", "2023-06-30"), ("2023-05-08", None), (None, "2023-05-3
 
 
 @pytest.fixture(scope="module")
-def embedder():
-    from lychee_ray.embedding import Embedder
-
-    return Embedder(local_config().embedding)
+def embedder(local_embedder):
+    return local_embedder
 
 
 @pytest.fixture(scope="module")
-def store(locomo_dev_store):
-    with open_store(str(locomo_dev_store), local_config()) as s:
-        yield s
+def store(fixture_store):
+    return fixture_store
 
 
 @pytest.fixture(scope="module")

@@ -40,3 +40,20 @@ def locomo_dev_store(tmp_path_factory, ray_local) -> Path:
     summary = run_ingest(local_config(), str(LOCOMO_PATH), str(out))
     assert summary.by_status == {"ok": n_conversations}, summary.by_status
     return out
+
+
+@pytest.fixture(scope="module")
+def local_embedder():
+    """The real bundled MiniLM, configured as `configs/local.yaml` says, loaded once per module."""
+    from lychee_ray.embedding import Embedder
+
+    return Embedder(local_config().embedding)
+
+
+@pytest.fixture(scope="module")
+def fixture_store(locomo_dev_store):
+    """The LoCoMo fixture store, opened read-only for one module."""
+    from lychee_ray.store.reader import open_store
+
+    with open_store(str(locomo_dev_store), local_config()) as s:
+        yield s
