@@ -6,7 +6,7 @@ configured context budget (1,500 tokens) beside the naive-RAG and BM25 baselines
 budget, token F1, and segment lengths. TUNE is what defaults were chosen on; CHECK is held out
 (`benchmarks/dev_split.py`).
 
-    python -m benchmarks.dev_recall [--out DIR]      # writes benchmarks/results/dev_recall.md
+    python -m benchmarks.dev_recall [--out DIR] [--set key=value ...]   # writes benchmarks/results/dev_recall.md
 """
 
 from __future__ import annotations
@@ -38,12 +38,13 @@ SEGMENTS_SQL = """
 def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=None, help="work folder (default: a temporary one)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override (ingest and evaluate)")
     args = p.parse_args(argv)
     from lychee_ray.evaluate.job import run_evaluate
     from lychee_ray.ingest.job import run_ingest
 
     work = Path(args.out or tempfile.mkdtemp(prefix="dev_recall_"))
-    cfg = load_config(REPO / "configs" / "local.yaml")
+    cfg = load_config(REPO / "configs" / "local.yaml", args.sets)
     src = write_part("all", work / "locomo_dev.json")
     start = time.perf_counter()
     run_ingest(cfg, str(src), str(work / "store"))
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> Path:
     lines = [
         "# Evidence recall on LoCoMo dev, per part (rules backend)",
         "",
-        f"`python -m benchmarks.dev_recall`: all {len(PARTS['all'])} dev conversations ingested and evaluated in one run "
+        f"`python -m benchmarks.dev_recall{''.join(' --set ' + x for x in args.sets)}`: all {len(PARTS['all'])} dev conversations ingested and evaluated in one run "
         f"({seconds:.0f} s on this machine); categories 1-4; context budget {budget} tokens. "
         "TUNE is where defaults were chosen; CHECK is held out (benchmarks/dev_split.py).",
         "",
