@@ -21,6 +21,16 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def add_set_option(parser) -> None:
+    """`--set key=value` (repeatable) into `args.sets`: config overrides as `lychee-ray --set` takes them."""
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+
+
+def set_flags(sets: list[str]) -> str:
+    """The overrides as they were typed, for the command line a report quotes."""
+    return "".join(f" --set {x}" for x in sets)
+
+
 def write_markdown(name: str, lines: list[str]) -> Path:
     """`benchmarks/results/<name>.md` from `lines`, printed too; returns its path."""
     RESULTS.mkdir(parents=True, exist_ok=True)

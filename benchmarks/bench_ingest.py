@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import write_markdown
+from benchmarks import add_set_option, set_flags, write_markdown
 from benchmarks.dev_split import LOCOMO_DEV, PARTS, write_part
 from benchmarks.short_archive import write_short_archive
 from lychee_ray.config import load_config
@@ -150,7 +150,7 @@ def render(runs: list[dict], cfg, ray_start_s: float, quick: bool, sets: list[st
     lines = [
         "# Ingest throughput: full rules ingest vs raw SentenceTransformer.encode",
         "",
-        f"Command: `python -m benchmarks.bench_ingest{' --quick' if quick else ''}{''.join(' --set ' + x for x in sets)}`. Config `configs/local.yaml` "
+        f"Command: `python -m benchmarks.bench_ingest{' --quick' if quick else ''}{set_flags(sets)}`. Config `configs/local.yaml` "
         f"(llm.backend=rules, embedding actors {cfg.embedding.num_actors}, node-name cache {cfg.organize.name_cache_entries} "
         f"entries), {os.cpu_count()} CPUs, torch threads {_torch_threads()}. Ray start-up, once, excluded: {ray_start_s:.1f} s; "
         "each ingest's time includes its actors' model loads. Absolute numbers drift with the machine's load; the ratio "
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="2 dev conversations and 20 short ones")
     p.add_argument("--short", type=int, default=500, help="how many short conversations (default 500)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override for the ingest")
+    add_set_option(p)
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

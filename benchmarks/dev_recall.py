@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from benchmarks import write_markdown
+from benchmarks import add_set_option, set_flags, write_markdown
 from benchmarks.dev_split import PARTS, write_part
 from lychee_ray.config import load_config
 
@@ -38,7 +38,7 @@ SEGMENTS_SQL = """
 def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=None, help="work folder (default: a temporary one)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override (ingest and evaluate)")
+    add_set_option(p)
     args = p.parse_args(argv)
     from lychee_ray.evaluate.job import run_evaluate
     from lychee_ray.ingest.job import run_ingest
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> Path:
     lines = [
         "# Evidence recall on LoCoMo dev, per part (rules backend)",
         "",
-        f"`python -m benchmarks.dev_recall{''.join(' --set ' + x for x in args.sets)}`: all {len(PARTS['all'])} dev conversations ingested and evaluated in one run "
+        f"`python -m benchmarks.dev_recall{set_flags(args.sets)}`: all {len(PARTS['all'])} dev conversations ingested and evaluated in one run "
         f"({seconds:.0f} s on this machine); categories 1-4; context budget {budget} tokens. "
         "TUNE is where defaults were chosen; CHECK is held out (benchmarks/dev_split.py).",
         "",
