@@ -30,14 +30,19 @@ from lychee_ray.config import load_config
 REPO = Path(__file__).resolve().parents[1]
 
 
+CHANNEL = "channel "  # prefix of a channel's entry in `differences`
+
+
 def differences(a, b) -> list[str]:
-    """What differs between two Retrievals of one question: channel names, then 'fused',
-    'selected', 'context'. Empty when the engines agree exactly."""
-    out = [f"channel {n}" for n in sorted(a.rankings.keys() | b.rankings.keys()) if a.rankings.get(n) != b.rankings.get(n)]
+    """What differs between two Retrievals of one question: "channel <name>" per channel, then
+    'fused', 'selected order' (same items, other order) or 'selected items', and 'context'.
+    Empty when the engines agree exactly."""
+    out = [CHANNEL + n for n in sorted(a.rankings.keys() | b.rankings.keys()) if a.rankings.get(n) != b.rankings.get(n)]
     if a.fused != b.fused:
         out.append("fused")
-    if [e.key for e in a.selected] != [e.key for e in b.selected]:
-        out.append("selected")
+    keys_a, keys_b = [e.key for e in a.selected], [e.key for e in b.selected]
+    if keys_a != keys_b:
+        out.append("selected order" if sorted(keys_a) == sorted(keys_b) else "selected items")
     if a.context_text != b.context_text:
         out.append("context")
     return out
@@ -115,43 +120,43 @@ def main(argv: list[str] | None = None) -> Path:
                 t0 = time.perf_counter()
                 results[name].append(retriever.retrieve(cid, plan, question))
                 seconds[name].append(time.perf_counter() - t0)
+        diffs = [differences(a, b) for a, b in zip(results["store"], results["cache"])]
+        why = explain(store, engines["cache"].cache, asked, diffs, embed)
         n_conv = len({cid for cid, _, _ in asked})
-        why = explain(store, asked, results, embed)
-    return write_markdown("compare_engines", report(args, asked, results, seconds, n_conv, why))
+    return write_markdown("compare_engines", report(args, asked, results, diffs, seconds, n_conv, why))
 
 
-def explain(store, asked, results, embed) -> dict[int, str]:
+def explain(store, cache, asked, diffs, embed) -> dict[int, str]:
     """For each question whose vector channels differ: the swap in the raw turn or record
-    ranking behind it (position and float64 cosine gap)."""
-    from lychee_ray.query.cache import Conversation
+    ranking behind it (position and float64 cosine gap). Conversations come from the cache
+    engine's own cache, already loaded by the comparison."""
     from lychee_ray.query.retrieve import route_text
 
     out: dict[int, str] = {}
-    for i, ((cid, question, plan), a, b) in enumerate(zip(asked, results["store"], results["cache"])):
+    for i, ((cid, _, plan), diff) in enumerate(zip(asked, diffs)):
         notes = []
-        for ch in (d[8:] for d in differences(a, b) if d.startswith("channel ")):
-            route, _, kind = ch.partition(":")
+        for channel in (d.removeprefix(CHANNEL) for d in diff if d.startswith(CHANNEL)):
+            route, _, kind = channel.partition(":")  # "r<route index>:<channel kind>"
             table = {"turn_vector": "turns", "record_vector": "records"}.get(kind)
             if table is None or not plan.routes:
                 continue
             qv = embed([route_text(plan.routes[int(route[1:])])])[0]
-            swap = vector_swap(store, Conversation.load(store, cid), table, cid, qv)
+            swap = vector_swap(store, cache.get(store, cid), table, cid, qv)
             notes.append(f"{table} rank {swap[0]}: cosine gap {swap[1]:.1e}" if swap else f"{table}: same top-200")
         if notes:
             out[i] = "; ".join(notes)
     return out
 
 
-def report(args, asked, results, seconds, n_conv: int, why: dict[int, str]) -> list[str]:
+def report(args, asked, results, diffs, seconds, n_conv: int, why: dict[int, str]) -> list[str]:
     kinds: Counter = Counter()
     examples = []
-    for i, ((cid, question, _), a, b) in enumerate(zip(asked, results["store"], results["cache"])):
-        diff = differences(a, b)
+    for i, ((cid, question, _), a, b, diff) in enumerate(zip(asked, results["store"], results["cache"], diffs)):
         kinds.update(diff)
         kinds["any"] += bool(diff)
         if diff and len(examples) < 10:
-            ch = next((d for d in diff if d.startswith("channel ")), None)
-            at = first_divergence(a.rankings.get(ch[8:], []), b.rankings.get(ch[8:], [])) if ch else first_divergence(a.fused, b.fused)
+            ch = next((d.removeprefix(CHANNEL) for d in diff if d.startswith(CHANNEL)), None)
+            at = first_divergence(a.rankings.get(ch, []), b.rankings.get(ch, [])) if ch else first_divergence(a.fused, b.fused)
             examples.append(f"| {cid} | {question[:60]} | {', '.join(diff)} | {at} | {why.get(i, '')} |")
     n = len(asked)
     st, ca = (np.array(seconds[k]) * 1000 for k in ("store", "cache"))
@@ -169,7 +174,7 @@ def report(args, asked, results, seconds, n_conv: int, why: dict[int, str]) -> l
         "|---|---:|",
     ]
     channels = sorted({name for r in results["store"] + results["cache"] for name in r.rankings})
-    for what in [f"channel {c}" for c in channels] + ["fused", "selected", "context"]:
+    for what in [CHANNEL + c for c in channels] + ["fused", "selected order", "selected items", "context"]:
         lines.append(f"| {what} | {kinds[what]} |")
     if examples:
         lines += ["", "First differences (position = first rank where the lists part; cause = where the raw turn or "

@@ -14,10 +14,11 @@ lives in `fusion.py`; this module only gathers candidates.
 
 Two engines gather them, with the same rankings (tests/test_retrieve_cache.py compares them
 question by question on the fixture store; benchmarks/compare_engines.py on all of LoCoMo dev,
-where they part only at float32 cosine ties, which rounding orders): `cache` (the default, `retrieval.engine`) loads a conversation once into
-memory and runs every channel as numpy (`cache.py`: one matrix product per table for all routes);
-`store` runs each route x channel as its own DuckDB query over Parquet (`Store`), kept as the
-reference the cache is checked against and for one-off reads that should not hold memory.
+where they part only at float32 cosine ties, which rounding orders): `cache` (the default,
+`retrieval.engine`) loads a conversation once into memory and runs every channel as numpy
+(`cache.py`: one matrix product per table for all routes); `store` runs each route x channel
+as its own DuckDB query over Parquet (`Store`), kept as the reference the cache is checked
+against and for one-off reads that should not hold memory.
 """
 
 from __future__ import annotations
