@@ -1,6 +1,11 @@
-"""Shared data shapes: the in-memory types every stage passes along, the LLM reply schemas
-(pydantic, turned into JSON schema for structured output), and the Arrow schemas of the
-Parquet tables in DESIGN.md.
+"""The pipeline's in-memory shapes and the LLM reply schemas.
+
+- `Conversation` and `Segment`: what one conversation is as it flows through ingest (the rows
+  it becomes are declared in `lychee_ray.tables`, where `Turn`, `Question` and `Record` live:
+  those three are both pipeline objects and table rows);
+- the pydantic reply models of the four LLM calls (encode, plan, answer, judge), turned into JSON
+  schemas for structured output by `lychee_ray.llm.schema`. The encoder's `EncodedRecord` is
+  derived from the records table's declaration: the columns the reply carries, in their order.
 
 Nothing here does I/O. Stages import these so that a record made by the `rules` backend and one
 made by an LLM are the same type.
@@ -10,31 +15,19 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
-
-SCHEMA_VERSION = 4  # 4: turn content hashes, segment contexts (incremental ingest); 3: records.stated_at; 2: LongMemEval sessions renamed s1, s2, ... in date order
-# How a folder is recognised as a store: its manifest file and the format tag in it. Here, in the
-# core, because the store writes them and the input listing (io, below store) must skip a store.
-STORE_FORMAT = "lychee-ray-store"
-MANIFEST = "manifest.json"
-
-RECORD_TYPES = (
-    "fact",
-    "preference",
-    "event",
-    "constraint",
-    "procedure",
-    "failure_pattern",
-    "tool_affordance",
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    create_model,
+    field_serializer,
+    field_validator,
 )
-RecordType = Literal[
-    "fact", "preference", "event", "constraint", "procedure", "failure_pattern", "tool_affordance"
-]
-TimeGranularity = Literal["day", "week", "month", "year", "none"]
-NODE_KINDS = ("entity", "topic", "entity_topic", "time", "event_frame")
+
+from lychee_ray.table_model import Row
+from lychee_ray.tables import BuildStats, Node, Question, Record, TimeGranularity, Turn
 
 # LoCoMo's integer `category` -> name. This follows upstream snap-research/locomo
 # task_eval/evaluation.py, which scores 1 with the multi-hop comma-split F1, 2-4 with plain F1
@@ -55,22 +48,6 @@ LOCOMO_CATEGORIES: dict[int, str] = {
 # --------------------------------------------------------------------------------------------
 # In-memory conversation state (plain dataclasses: cheap, picklable, no validation overhead)
 # --------------------------------------------------------------------------------------------
-@dataclass
-class Turn:
-    turn_id: str  # source id (LoCoMo dia_id) or a generated "s<session>:t<k>"
-    turn_idx: int  # 0-based position in the conversation
-    session_id: str
-    speaker: str
-    role: str  # "user" | "assistant" | "speaker_a" | "speaker_b" | free text from the source
-    text: str
-    timestamp: str | None = None  # ISO 8601 session/turn time, None when the source has none
-    has_answer: bool | None = None  # LongMemEval evidence flag
-    # The source's own session id where the reader replaced it (LongMemEval names its evidence
-    # sessions answer_<hash>_<n>, its fillers sharegpt_/ultrachat_): kept for audit only; no
-    # prompt, retrieval or turn id reads it, or the model would be told where the answer is.
-    source_session_id: str | None = None
-
-
 def turn_content_hash(turn: Turn) -> str:
     """What identifies a turn's content across runs: id, session, speaker, role, text and time.
     A later run compares these to tell a grown conversation (same prefix) from an edited one."""
@@ -81,17 +58,6 @@ def turn_content_hash(turn: Turn) -> str:
 def turns_digest(hashes: list[str]) -> str:
     """One hash over a conversation's turn hashes in order: equal digests, equal turns."""
     return hashlib.sha1(f"{len(hashes)}:{','.join(hashes)}".encode()).hexdigest()[:20]
-
-
-@dataclass
-class Question:
-    conversation_id: str
-    question_id: str
-    question: str
-    answer: str
-    category: str  # by name: multi_hop, temporal, open_domain, single_hop, adversarial, or LME type
-    evidence_turn_ids: list[str]
-    question_date: str | None = None
 
 
 @dataclass
@@ -109,48 +75,11 @@ class Segment:
 
 
 @dataclass
-class MemoryRecord:
-    record_id: str
-    segment_id: str
-    type: str
-    text: str
-    entities: list[str]
-    topics: list[str]
-    time_start: str | None
-    time_end: str | None
-    time_granularity: str
-    time_expression: str | None
-    source_turn_ids: list[str]
-    backend: str  # "rules" | model name
-    degraded: bool = False
-
-
-@dataclass
-class BuildStats:
-    """What encoding one conversation cost: its `build_stats` row (stage seconds come from
-    `Conversation.seconds`)."""
-
-    encode_units: int = 0  # segments (or exchanges/windows) encoded
-    llm_calls: int = 0
-    llm_failures: int = 0
-    degraded_segments: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    est_prompt_tokens: int = 0
-    est_completion_tokens: int = 0
-    wall_s: float = 0.0
-    backend: str | None = None
-    model: str | None = None
-    encode_mode: str | None = None
-
-
-@dataclass
 class Conversation:
     """One conversation as it flows through the ingest pipeline."""
 
     conversation_id: str
-    source: str  # locomo | longmemeval | chat_jsonl | turns
+    source: str  # the reader that made it (`tables.ConversationRow.source`)
     source_file: str
     turns: list[Turn] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
@@ -163,9 +92,9 @@ class Conversation:
     exchanges: list[list[int]] = field(default_factory=list)  # turn indexes per exchange
     turn_embeddings: object = None  # np.ndarray [n_turns, d] float32, L2-normalized
     segments: list[Segment] = field(default_factory=list)
-    records: list[MemoryRecord] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     record_embeddings: object = None
-    nodes: list[dict] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
     node_embeddings: object = None
     record_nodes: list[tuple[str, str]] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)  # `errors` rows found on the way (reader, duplicates)
@@ -174,7 +103,7 @@ class Conversation:
     stats: BuildStats = field(default_factory=BuildStats)
     seconds: dict[str, float] = field(default_factory=dict)  # per stage name
     # set when the store already holds a prefix of this conversation (incremental ingest): what
-    # the earlier run stored (`lychee_ray.store.prior.PriorState`), reused by every stage
+    # the earlier run stored (`lychee_ray.store.stored_state.StoredState`), reused by every stage
     prior: object = None
     extended_at: str | None = None  # ISO time of the run that appended turns to a stored prefix
 
@@ -203,25 +132,47 @@ class NormalizedTime(_Strict):
 NO_TIME = NormalizedTime(start=None, end=None, granularity="none", expression=None)
 
 
-class EncodedRecord(_Strict):
-    type: RecordType
-    text: str = Field(description="self-contained statement: names instead of pronouns, absolute dates")
-    entities: list[str]
-    topics: list[str]
-    # Nullable on the wire: most records carry no time, and four null fields cost ~18 output
-    # tokens per record (~10% of a segment's build tokens, benchmarks/bench_encode.py). In
-    # memory it is always a NormalizedTime, so no caller has to test for None.
-    time: NormalizedTime | None = Field(description="when it happened; null when the turns say nothing about time")
-    source_turn_ids: list[str]
+class _RecordReply(_Strict):
+    """What every encoded record does with its time: nullable on the wire (most records carry
+    none, and four null fields cost ~18 output tokens per record, ~10% of a segment's build
+    tokens: benchmarks/bench_encode.py), always a NormalizedTime in memory, so no caller tests
+    for None."""
 
-    @field_validator("time", mode="after")
+    @field_validator("time", mode="after", check_fields=False)
     @classmethod
     def _time_never_none(cls, value: NormalizedTime | None) -> NormalizedTime:
         return NO_TIME if value is None else value
 
-    @field_serializer("time")
+    @field_serializer("time", check_fields=False)
     def _empty_time_as_null(self, value: NormalizedTime) -> NormalizedTime | None:
         return None if value.is_empty else value
+
+
+# Objects inside a reply that carry several columns: "time.start" etc. of the records table.
+_NESTED_REPLY_FIELDS: dict[str, tuple[Any, Any]] = {
+    "time": (NormalizedTime | None, Field(description="when it happened; null when the turns say nothing about time")),
+}
+
+
+def reply_model(row: type[Row], name: str, base: type[BaseModel]) -> type[BaseModel]:
+    """The pydantic model of what the LLM returns for one row of `row`'s table: its columns
+    declared `llm`, in column order, a dotted path grouped into its nested object; a column's
+    `describe` is its description in the JSON schema the model sees."""
+    fields: dict[str, tuple[Any, Any]] = {}
+    for col in row.llm_columns():
+        head, _, sub = col.reply_path.partition(".")
+        if sub:
+            nested_type = _NESTED_REPLY_FIELDS[head][0].__args__[0]
+            if sub not in nested_type.model_fields:
+                raise TypeError(f"{row.TABLE}.{col.name}: the reply's {head!r} has no field {sub!r}")
+            fields.setdefault(head, _NESTED_REPLY_FIELDS[head])
+            continue
+        py_type = col.py_type | None if col.nullable else col.py_type
+        fields[head] = (py_type, Field(description=col.describe) if col.describe else ...)
+    return create_model(name, __base__=base, **fields)
+
+
+EncodedRecord = reply_model(Record, "EncodedRecord", _RecordReply)
 
 
 class EntityState(_Strict):
@@ -264,164 +215,3 @@ class AnswerOutput(_Strict):
 
 class JudgeOutput(_Strict):
     label: Literal["CORRECT", "WRONG"]
-
-
-# --------------------------------------------------------------------------------------------
-# Parquet tables (DESIGN.md "Tables")
-# --------------------------------------------------------------------------------------------
-def embedding_type(dim: int) -> pa.DataType:
-    """FLOAT[d] in DuckDB is an Arrow fixed-size list of float32."""
-    return pa.list_(pa.float32(), dim)
-
-
-def table_schemas(dim: int) -> dict[str, pa.Schema]:
-    emb = embedding_type(dim)
-    strs = pa.list_(pa.string())
-    return {
-        "conversations": pa.schema(
-            [
-                ("conversation_id", pa.string()),
-                ("source", pa.string()),
-                ("source_file", pa.string()),
-                ("n_turns", pa.int64()),
-                ("n_sessions", pa.int64()),
-                ("n_exchanges", pa.int64()),
-                ("n_segments", pa.int64()),
-                ("n_records", pa.int64()),
-                ("status", pa.string()),
-                ("error", pa.string()),
-                ("turns_digest", pa.string()),  # `turns_digest` of its turns: a grown prefix is found by it
-                ("extended_at", pa.timestamp("us", tz="UTC")),  # last run that appended turns; null: never
-            ]
-        ),
-        "turns": pa.schema(
-            [
-                ("conversation_id", pa.string()),
-                ("turn_id", pa.string()),
-                ("turn_idx", pa.int64()),
-                ("exchange_idx", pa.int64()),
-                ("session_id", pa.string()),
-                ("source_session_id", pa.string()),  # audit only (Turn.source_session_id)
-                ("speaker", pa.string()),
-                ("role", pa.string()),
-                ("text", pa.string()),
-                ("timestamp", pa.timestamp("s")),
-                ("has_answer", pa.bool_()),
-                ("segment_id", pa.string()),
-                ("content_hash", pa.string()),  # `turn_content_hash`: an edited turn changes it
-                ("embedding", emb),
-            ]
-        ),
-        "segments": pa.schema(
-            [
-                ("conversation_id", pa.string()),
-                ("segment_id", pa.string()),
-                ("segment_idx", pa.int64()),
-                ("turn_ids", strs),
-                ("start_idx", pa.int64()),
-                ("end_idx", pa.int64()),
-                ("n_exchanges", pa.int64()),
-                ("n_tokens", pa.int64()),
-                ("boundary_p", pa.float64()),
-                ("boundary_reason", pa.string()),
-                ("context_json", pa.string()),  # Segment.context_json: rho after this segment
-            ]
-        ),
-        "records": pa.schema(
-            [
-                ("conversation_id", pa.string()),
-                ("record_id", pa.string()),
-                ("segment_id", pa.string()),
-                ("type", pa.string()),
-                ("text", pa.string()),
-                ("entities", strs),
-                ("topics", strs),
-                ("time_start", pa.date32()),
-                ("time_end", pa.date32()),
-                ("time_granularity", pa.string()),
-                ("time_expression", pa.string()),
-                ("stated_at", pa.date32()),  # the day it was said: its last source turn's date
-                ("source_turn_ids", strs),
-                ("backend", pa.string()),
-                ("degraded", pa.bool_()),
-                ("embedding", emb),
-            ]
-        ),
-        "nodes": pa.schema(
-            [
-                ("conversation_id", pa.string()),
-                ("node_id", pa.string()),
-                ("kind", pa.string()),
-                ("name", pa.string()),
-                ("n_records", pa.int64()),
-                ("embedding", emb),
-            ]
-        ),
-        "record_nodes": pa.schema(
-            [
-                ("conversation_id", pa.string()),
-                ("record_id", pa.string()),
-                ("node_id", pa.string()),
-            ]
-        ),
-        "build_stats": pa.schema(
-            [
-                ("conversation_id", pa.string()),
-                ("encode_units", pa.int64()),  # segments (or exchanges/windows) encoded
-                ("llm_calls", pa.int64()),  # requests actually sent, repairs included
-                ("llm_failures", pa.int64()),
-                ("degraded_segments", pa.int64()),
-                ("prompt_tokens", pa.int64()),
-                ("completion_tokens", pa.int64()),
-                ("cached_tokens", pa.int64()),
-                # o200k count of the prompts/replies an LLM encoder would see, computed under
-                # the rules backend with its own outputs as the carried context (cost estimate)
-                ("est_prompt_tokens", pa.int64()),
-                ("est_completion_tokens", pa.int64()),
-                ("embed_s", pa.float64()),
-                ("segment_s", pa.float64()),
-                ("encode_s", pa.float64()),
-                ("organize_s", pa.float64()),
-                ("wall_s", pa.float64()),
-                ("backend", pa.string()),
-                ("model", pa.string()),
-                ("encode_mode", pa.string()),
-            ]
-        ),
-        "questions": pa.schema(
-            [
-                ("conversation_id", pa.string()),
-                ("question_id", pa.string()),
-                ("question", pa.string()),
-                ("answer", pa.string()),
-                ("category", pa.string()),
-                ("evidence_turn_ids", strs),
-                ("question_date", pa.timestamp("s")),
-            ]
-        ),
-        # Input problems that have no conversation row of their own (a broken JSONL line, a
-        # duplicate id, a turn with no text): file, line and field, so nothing is silently lost.
-        "errors": pa.schema(
-            [
-                ("conversation_id", pa.string()),
-                ("source_file", pa.string()),
-                ("line", pa.int64()),
-                ("field", pa.string()),
-                ("kind", pa.string()),
-                ("message", pa.string()),
-            ]
-        ),
-    }
-
-
-INGEST_TABLES = (
-    "conversations",
-    "turns",
-    "segments",
-    "records",
-    "nodes",
-    "record_nodes",
-    "build_stats",
-    "questions",
-    "errors",
-)

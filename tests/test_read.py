@@ -8,12 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.io.readers.files import list_input_files, read_file
 from lychee_ray.io.readers.locomo import normalize_evidence
-from lychee_ray.schemas import Turn
+from lychee_ray.tables import Turn
 
 from .conftest import LME_PATH, LOCOMO_PATH
 
@@ -172,7 +172,7 @@ def test_evidence_normalization():
 
 
 def test_pair_exchanges_join_runs_of_one_speaker():
-    turns = [Turn(str(i), i, "s", sp, sp, "x") for i, sp in enumerate(["A", "A", "B", "A", "B", "B", "A"])]
+    turns = [Turn(turn_id=str(i), turn_idx=i, session_id="s", speaker=sp, role=sp, text="x") for i, sp in enumerate(["A", "A", "B", "A", "B", "B", "A"])]
     assert group_exchanges(turns, "pair") == [[0, 1, 2], [3, 4, 5], [6]]
 
 

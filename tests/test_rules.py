@@ -20,15 +20,17 @@ from lychee_ray.rules.answerer import extractive_answer
 from lychee_ray.rules.encoder import RulesEncoder
 from lychee_ray.rules.planner import RulesPlanner
 from lychee_ray.rules.pronouns import resolve_pronouns
-from lychee_ray.rules.text import classify, content_words, segment_keyphrases, singular, split_sentences, topics_in
-from lychee_ray.rules.timeparse import find_time_expressions
-from lychee_ray.schemas import (
-    EncodeOutput,
-    EntityState,
-    QueryPlan,
-    ResolutionState,
-    Turn,
+from lychee_ray.rules.text import (
+    classify,
+    content_words,
+    segment_keyphrases,
+    singular,
+    split_sentences,
+    topics_in,
 )
+from lychee_ray.rules.timeparse import find_time_expressions
+from lychee_ray.schemas import EncodeOutput, EntityState, QueryPlan, ResolutionState
+from lychee_ray.tables import Turn
 
 from .conftest import LME_PATH, LOCOMO_PATH
 
@@ -47,7 +49,7 @@ def _sessions(conv: dict) -> list[list[Turn]]:
             text = t.get("text") or ""
             if t.get("blip_caption"):
                 text = f"{text} [image: {t['blip_caption']}]".strip()
-            turns.append(Turn(t["dia_id"], idx, f"session_{n}", t["speaker"], "speaker", text, stamp.isoformat()))
+            turns.append(Turn(turn_id=t["dia_id"], turn_idx=idx, session_id=f"session_{n}", speaker=t["speaker"], role="speaker", text=text, timestamp=stamp.isoformat()))
             idx += 1
         out.append(turns)
     return out
@@ -229,7 +231,7 @@ def test_temporal_gold_dates_match_record_times(locomo):
 # Encoder on hand-made turns
 # --------------------------------------------------------------------------------------------
 def _turn(tid, speaker, text, ts="2023-05-08T13:56:00", idx=0):
-    return Turn(tid, idx, "s1", speaker, "speaker", text, ts)
+    return Turn(turn_id=tid, turn_idx=idx, session_id="s1", speaker=speaker, role="speaker", text=text, timestamp=ts)
 
 
 def test_open_threads_are_unanswered_questions():
@@ -287,7 +289,7 @@ def test_longmemeval_excerpt_encodes():
     enc, ctx, records = RulesEncoder(), None, []
     for sid, stamp, session in zip(inst["haystack_session_ids"], inst["haystack_dates"], inst["haystack_sessions"]):
         ts = parse_source_datetime(stamp).isoformat()
-        turns = [Turn(f"{sid}:{k}", k, sid, t["role"], t["role"], t["content"], ts) for k, t in enumerate(session)]
+        turns = [Turn(turn_id=f"{sid}:{k}", turn_idx=k, session_id=sid, speaker=t["role"], role=t["role"], text=t["content"], timestamp=ts) for k, t in enumerate(session)]
         out = enc.encode(turns, ctx, records[-8:])
         ctx, records = out.state, records + list(out.records)
     evidence = [r.text for r in records if "25:50" in r.text or "27:12" in r.text]

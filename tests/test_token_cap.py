@@ -19,8 +19,9 @@ from lychee_ray.config import load_config
 from lychee_ray.ingest.job import run_ingest
 from lychee_ray.ingest.segment import SegmentStage
 from lychee_ray.io.exchanges import cap_exchanges, group_exchanges
-from lychee_ray.schemas import Conversation, Turn
+from lychee_ray.schemas import Conversation
 from lychee_ray.store.reader import open_store
+from lychee_ray.tables import Turn
 from lychee_ray.tokens import count_many, count_tokens
 
 from .conftest import REPO
@@ -62,8 +63,9 @@ def test_an_exchange_over_the_cap_is_split_into_runs_of_its_turns():
 
 def test_turns_are_never_split_above_the_segment_cap():
     cfg = load_config(LOCAL, ["read.max_turn_tokens=4096", "segmenter.token_cap=700"])
-    assert cfg.read.max_turn_tokens == 700
-    assert load_config(LOCAL).read.max_turn_tokens == 512  # below the cap: kept as configured
+    assert cfg.read.max_turn_tokens == 4096  # the user's config is as written...
+    assert cfg.resolve().max_turn_tokens == cfg.read_settings.max_turn_tokens == 700  # ...the readers get the cap
+    assert load_config(LOCAL).read_settings.max_turn_tokens == 512  # below the cap: kept as configured
 
 
 def test_segmenter_cuts_a_pair_of_two_long_turns():
@@ -78,7 +80,7 @@ def test_segmenter_cuts_a_pair_of_two_long_turns():
     conv.exchanges = group_exchanges(conv.turns, "pair")
     assert conv.exchanges == [[0, 1]]  # over the cap: the stage must cut it
     conv.turn_embeddings = np.eye(2, 8, dtype=np.float32)
-    SegmentStage(cfg.segmenter).process(conv)
+    SegmentStage(cfg).process(conv)
     assert all(s.n_tokens <= cfg.segmenter.token_cap for s in conv.segments), [s.n_tokens for s in conv.segments]
     assert sorted(i for s in conv.segments for i in s.turn_idxs) == [0, 1]
 

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from lychee_ray.config import load_config
-from lychee_ray.ingest.context import ReferenceContext
-from lychee_ray.ingest.job import IngestSummary
+from lychee_ray.ingest.reference_context import ReferenceContext
+from lychee_ray.ingest.summary import IngestSummary
 from lychee_ray.ingest.segment import SegmentStage, capped_exchange_tokens
 from lychee_ray.io.exchanges import group_exchanges
-from lychee_ray.schemas import Conversation, EncodedRecord, Turn
+from lychee_ray.schemas import Conversation, EncodedRecord
+from lychee_ray.tables import Turn
 from lychee_ray.tokens import (
     HFCounter,
     O200kCounter,
@@ -144,13 +145,13 @@ def test_the_segment_cap_counts_with_the_configured_tokenizer(tiny_dir, tiny):
     # o200k (rules backend): the pair fits the cap, one segment of both turns
     cfg = load_config(LOCAL, base)
     conv = two_turn_conversation(tiny)
-    SegmentStage(cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges, cfg.tokenizer_spec).process(conv)
+    SegmentStage(cfg).process(conv)
     assert [s.turn_idxs for s in conv.segments] == [[0, 1]]
     assert conv.segments[0].n_tokens == sum(count_many([t.text for t in conv.turns]))
     # the served model's tokenizer: the same pair is over the cap, so it is cut into two units
     cfg = load_config(LOCAL, [*base, "llm.backend=openai", f"llm.model={tiny_dir}"])
     conv = two_turn_conversation(tiny)
-    stage = SegmentStage(cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges, cfg.tokenizer_spec)
+    stage = SegmentStage(cfg)
     stage.setup()
     assert stage.counter is tiny
     stage.process(conv)
@@ -167,7 +168,7 @@ def test_capped_exchange_tokens_defaults_to_o200k(tiny):
 
 
 def test_a_segment_stage_with_an_unloadable_tokenizer_fails_at_setup(tmp_path):
-    stage = SegmentStage(load_config(LOCAL).segmenter, tokenizer=str(tmp_path / "missing"))
+    stage = SegmentStage(load_config(LOCAL, [f"llm.tokenizer={tmp_path / 'missing'}"]))
     with pytest.raises(TokenizerError):
         stage.setup()
 

@@ -23,7 +23,7 @@ import logging
 import time
 
 from lychee_ray.config import LycheeConfig
-from lychee_ray.ingest.context import ReferenceContext
+from lychee_ray.ingest.reference_context import ReferenceContext
 from lychee_ray.ingest.resume import prior_cost, resume_point
 from lychee_ray.io.readers.common import ErrorEntry
 from lychee_ray.llm.client import LLMClient, run_closing
@@ -32,14 +32,8 @@ from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.redact import redact
 from lychee_ray.rules.encoder import RulesEncoder
 from lychee_ray.runtime.stage import AsyncStage, Resources, TransientError
-from lychee_ray.schemas import (
-    BuildStats,
-    Conversation,
-    EncodeOutput,
-    MemoryRecord,
-    Segment,
-    Turn,
-)
+from lychee_ray.schemas import Conversation, EncodeOutput, Segment
+from lychee_ray.tables import BuildStats, Record, Turn
 from lychee_ray.tokens import TokenCounter, count_tokens, token_counter
 
 log = logging.getLogger(__name__)
@@ -53,29 +47,26 @@ def record_id(conversation_id: str, segment_id: str, index: int, text: str) -> s
     return hashlib.sha1(f"{conversation_id}|{segment_id}|{index}|{text}".encode()).hexdigest()[:20]
 
 
-def to_memory_records(conv_id: str, seg: Segment, out: EncodeOutput, valid_turn_ids: list[str], backend: str, degraded: bool) -> list[MemoryRecord]:
+def to_records(conv_id: str, seg: Segment, out: EncodeOutput, valid_turn_ids: list[str], backend: str, degraded: bool) -> list[Record]:
+    """The reply's records as rows: every column the reply carries (`Record.llm_columns`, by its
+    path in the reply), names and topics once each, and sources cut to this segment's turns
+    (all of them when none is left)."""
     valid = set(valid_turn_ids)
     records = []
     for i, r in enumerate(out.records):
-        sources = [t for t in r.source_turn_ids if t in valid] or list(valid_turn_ids)
-        records.append(
-            MemoryRecord(
-                record_id=record_id(conv_id, seg.segment_id, i, r.text),
-                segment_id=seg.segment_id,
-                type=r.type,
-                text=r.text,
-                entities=list(dict.fromkeys(r.entities)),
-                topics=list(dict.fromkeys(r.topics)),
-                time_start=r.time.start,
-                time_end=r.time.end,
-                time_granularity=r.time.granularity,
-                time_expression=r.time.expression,
-                source_turn_ids=sources,
-                backend=backend,
-                degraded=degraded,
-            )
-        )
+        carried = {col.name: _reply_value(r, col.reply_path) for col in Record.llm_columns()}
+        carried["entities"] = list(dict.fromkeys(r.entities))
+        carried["topics"] = list(dict.fromkeys(r.topics))
+        carried["source_turn_ids"] = [t for t in r.source_turn_ids if t in valid] or list(valid_turn_ids)
+        records.append(Record(conversation_id=conv_id, record_id=record_id(conv_id, seg.segment_id, i, r.text),
+                              segment_id=seg.segment_id, backend=backend, degraded=degraded, **carried))
     return records
+
+
+def _reply_value(reply, path: str):
+    for part in path.split("."):
+        reply = getattr(reply, part)
+    return reply
 
 
 def check_sources(valid_turn_ids: list[str]):
@@ -161,7 +152,7 @@ class EncodeStage(AsyncStage[Conversation]):
             if degraded:
                 conv.errors.append(llm_failure_row(conv, seg, failure))
             conv.records.extend(
-                to_memory_records(conv.conversation_id, seg, out, [t.turn_id for t in turns], "rules" if degraded else self.backend_label, degraded)
+                to_records(conv.conversation_id, seg, out, [t.turn_id for t in turns], "rules" if degraded else self.backend_label, degraded)
             )
             for ent in out.state.entities:
                 for alias in ent.aliases:

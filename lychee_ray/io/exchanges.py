@@ -15,7 +15,7 @@ its turns that fit.
 
 from __future__ import annotations
 
-from lychee_ray.schemas import Turn
+from lychee_ray.tables import Turn
 
 
 # --------------------------------------------------------------------------------------------

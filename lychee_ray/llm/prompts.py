@@ -23,9 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lychee_ray.schemas import (
-    Turn,
-)
+from lychee_ray.tables import Turn
 
 ENCODE_SYSTEM_PROMPT = """You turn one segment of a long conversation into long-term memory records.
 

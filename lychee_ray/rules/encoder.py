@@ -42,14 +42,13 @@ from lychee_ray.rules.timeparse import (
     to_normalized,
 )
 from lychee_ray.schemas import (
-    RECORD_TYPES,
     EncodedRecord,
     EncodeOutput,
     EntityState,
     NormalizedTime,
     ResolutionState,
-    Turn,
 )
+from lychee_ray.tables import RECORD_TYPES, Turn
 
 
 # --------------------------------------------------------------------------------------------

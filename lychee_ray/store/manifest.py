@@ -17,11 +17,14 @@ import pyarrow.fs as pafs
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.io.fs import join_path, list_files, write_atomic
-from lychee_ray.schemas import INGEST_TABLES, MANIFEST, SCHEMA_VERSION, STORE_FORMAT  # noqa: F401  (MANIFEST: re-exported to reader and writer)
+from lychee_ray.tables import (  # noqa: F401  (MANIFEST: re-exported to reader and writer)
+    INGEST_TABLES,
+    MANIFEST,
+    SCHEMA_VERSION,
+    STORE_FORMAT,
+)
 
 COMMITS = "_commits"
-VECTOR_TABLES = {"records": "record_id", "turns": "turn_id", "nodes": "node_id"}
-BM25_TABLES = {"records": "record_id", "turns": "turn_id"}
 
 
 class StoreError(RuntimeError):

@@ -7,7 +7,7 @@ NULL plus an `errors` row; embeddings go into Arrow in one bulk copy of a flat f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
 from datetime import datetime
 
 import numpy as np
@@ -15,21 +15,23 @@ import pyarrow as pa
 
 from lychee_ray.dates import parse_iso_date, parse_iso_timestamp
 from lychee_ray.io.readers.common import SKIP_KINDS
-from lychee_ray.schemas import Conversation, table_schemas, turn_content_hash, turns_digest
+from lychee_ray.schemas import Conversation, turn_content_hash, turns_digest
+from lychee_ray.tables import (
+    TABLES,
+    BuildStats,
+    ConversationRow,
+    ErrorRow,
+    Node,
+    RecordNode,
+    SegmentRow,
+)
 
 
 # --------------------------------------------------------------------------------------------
-# Rows: Conversation -> one list of row dicts per table (pure)
+# Rows: Conversation -> one list of rows per table (pure)
 # --------------------------------------------------------------------------------------------
 def _error_row(conv: Conversation, field_name: str, kind: str, message: str) -> dict:
-    return {
-        "conversation_id": conv.conversation_id,
-        "source_file": conv.source_file,
-        "line": None,
-        "field": field_name,
-        "kind": kind,
-        "message": message,
-    }
+    return ErrorRow(conversation_id=conv.conversation_id, source_file=conv.source_file, field=field_name, kind=kind, message=message).as_dict()
 
 
 def _parse_timestamp(value, conv: Conversation, field_name: str, problems: list[dict]):
@@ -72,47 +74,38 @@ def _turn_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dict]
     emb = _embedding_matrix(conv.turn_embeddings, len(conv.turns), dim, "turn_embeddings", cid)
     exchange_of = {t: x for x, idxs in enumerate(conv.exchanges) for t in idxs}
     segment_of = {t: s.segment_id for s in conv.segments for t in s.turn_idxs}
-    rows = []
-    for pos, turn in enumerate(conv.turns):
-        rows.append(
-            {
-                "conversation_id": cid,
-                "turn_id": turn.turn_id,
-                "turn_idx": turn.turn_idx,
-                "exchange_idx": exchange_of.get(pos),
-                "session_id": turn.session_id,
-                "source_session_id": turn.source_session_id,
-                "speaker": turn.speaker,
-                "role": turn.role,
-                "text": turn.text,
-                "timestamp": _parse_timestamp(turn.timestamp, conv, f"turns[{pos}].timestamp", problems),
-                "has_answer": turn.has_answer,
-                "segment_id": segment_of.get(pos),
-                "content_hash": turn_content_hash(turn),
-                "embedding": _vec(emb, pos),
-            }
-        )
-    return rows
+    return [
+        {
+            **turn.as_dict(),
+            "conversation_id": cid,
+            "exchange_idx": exchange_of.get(pos),
+            "timestamp": _parse_timestamp(turn.timestamp, conv, f"turns[{pos}].timestamp", problems),
+            "segment_id": segment_of.get(pos),
+            "content_hash": turn_content_hash(turn),
+            "embedding": _vec(emb, pos),
+        }
+        for pos, turn in enumerate(conv.turns)
+    ]
 
 
-def _segment_rows(conv: Conversation) -> list[dict]:
+def _segment_rows(conv: Conversation) -> list[SegmentRow]:
     rows = []
     for seg in conv.segments:
         idxs = list(seg.turn_idxs)
         rows.append(
-            {
-                "conversation_id": conv.conversation_id,
-                "segment_id": seg.segment_id,
-                "segment_idx": seg.segment_idx,
-                "turn_ids": [conv.turns[i].turn_id for i in idxs],
-                "start_idx": idxs[0] if idxs else None,
-                "end_idx": idxs[-1] if idxs else None,
-                "n_exchanges": len(seg.exchange_idxs),
-                "n_tokens": seg.n_tokens,
-                "boundary_p": seg.boundary_p,
-                "boundary_reason": seg.boundary_reason,
-                "context_json": seg.context_json,
-            }
+            SegmentRow(
+                conversation_id=conv.conversation_id,
+                segment_id=seg.segment_id,
+                segment_idx=seg.segment_idx,
+                turn_ids=[conv.turns[i].turn_id for i in idxs],
+                start_idx=idxs[0] if idxs else None,
+                end_idx=idxs[-1] if idxs else None,
+                n_exchanges=len(seg.exchange_idxs),
+                n_tokens=seg.n_tokens,
+                boundary_p=seg.boundary_p,
+                boundary_reason=seg.boundary_reason,
+                context_json=seg.context_json,
+            )
         )
     return rows
 
@@ -126,20 +119,11 @@ def _record_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dic
         where = f"records[{i}]"
         rows.append(
             {
+                **rec.as_dict(),
                 "conversation_id": cid,
-                "record_id": rec.record_id,
-                "segment_id": rec.segment_id,
-                "type": rec.type,
-                "text": rec.text,
-                "entities": list(rec.entities),
-                "topics": list(rec.topics),
                 "time_start": _parse_date(rec.time_start, conv, f"{where}.time_start", problems, end=False),
                 "time_end": _parse_date(rec.time_end, conv, f"{where}.time_end", problems, end=True),
-                "time_granularity": rec.time_granularity,
-                "time_expression": rec.time_expression,
                 "stated_at": max((said[t] for t in rec.source_turn_ids if said.get(t)), default=None),
-                "source_turn_ids": list(rec.source_turn_ids),
-                "backend": rec.backend,
                 "degraded": bool(rec.degraded),
                 "embedding": _vec(emb, i),
             }
@@ -158,78 +142,51 @@ def _turn_days(conv: Conversation) -> dict:
     return days
 
 
-def _node_rows(conv: Conversation, dim: int) -> list[dict]:
+def _node_rows(conv: Conversation, dim: int) -> list[Node]:
     cid = conv.conversation_id
     emb = _embedding_matrix(conv.node_embeddings, len(conv.nodes), dim, "node_embeddings", cid)
     # organize gives time and event-frame nodes a NaN row: no vector, stored as a NULL embedding
     unembedded = np.zeros(len(conv.nodes), bool) if emb is None else np.isnan(emb).all(axis=1)
     return [
-        {
-            "conversation_id": cid,
-            "node_id": node["node_id"],
-            "kind": node["kind"],
-            "name": node["name"],
-            "n_records": node.get("n_records"),
-            "embedding": None if unembedded[i] else _vec(emb, i),
-        }
+        dataclasses.replace(node, conversation_id=cid, embedding=None if unembedded[i] else _vec(emb, i))
         for i, node in enumerate(conv.nodes)
     ]
 
 
-def _stats_value(conv: Conversation, column: str):
-    if column.endswith("_s") and column != "wall_s":  # embed_s, segment_s, ...: stage seconds
-        return conv.seconds.get(column.removesuffix("_s"))
-    return getattr(conv.stats, column)
-
-
-def _stats_row(conv: Conversation, schema: pa.Schema) -> dict:
-    row = {"conversation_id": conv.conversation_id}
-    for f in schema:
-        if f.name == "conversation_id":
-            continue
-        value = _stats_value(conv, f.name)
-        if pa.types.is_integer(f.type):
-            row[f.name] = int(value or 0)
-        elif pa.types.is_floating(f.type):
-            row[f.name] = float(value or 0.0)
-        else:
-            row[f.name] = None if value is None else str(value)
-    return row
+def _stats_row(conv: Conversation) -> BuildStats:
+    """The encoder's counts, with the id and each stage's seconds (`Conversation.seconds`)."""
+    seconds = {f"{stage}_s": float(conv.seconds.get(stage) or 0.0) for stage in BuildStats.STAGE_SECONDS}
+    return dataclasses.replace(conv.stats, conversation_id=conv.conversation_id, **seconds)
 
 
 def _question_rows(conv: Conversation, problems: list[dict]) -> list[dict]:
     return [
         {
+            **q.as_dict(),
             # the conversation's id, not the question's copy: rows must sort with their conversation
             "conversation_id": conv.conversation_id,
-            "question_id": q.question_id,
-            "question": q.question,
             "answer": None if q.answer is None else str(q.answer),
-            "category": q.category,
-            "evidence_turn_ids": list(q.evidence_turn_ids),
-            "question_date": _parse_timestamp(
-                q.question_date, conv, f"questions[{i}].question_date", problems
-            ),
+            "question_date": _parse_timestamp(q.question_date, conv, f"questions[{i}].question_date", problems),
         }
         for i, q in enumerate(conv.questions)
     ]
 
 
-def _errors_rows(conv: Conversation, problems: list[dict], schema: pa.Schema) -> list[dict]:
+def _errors_rows(conv: Conversation, problems: list[dict]) -> list[dict]:
     defaults = {"conversation_id": conv.conversation_id, "source_file": conv.source_file}
-    rows = []
-    for err in list(conv.errors) + problems:
-        rows.append({f.name: err[f.name] if f.name in err else defaults.get(f.name) for f in schema})
-    return rows
+    return [{name: err[name] if name in err else defaults.get(name) for name in ERROR_COLUMNS} for err in list(conv.errors) + problems]
+
+
+ERROR_COLUMNS = ErrorRow.column_names()
 
 
 def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
-    """All rows one conversation contributes, per table. Embedding cells are numpy row views.
+    """All rows one conversation contributes, per table, as column dicts with the values in their
+    stored form (`Row.to_arrow` takes them). Embedding cells are numpy row views.
 
     A timestamp or date that does not parse becomes NULL plus an `errors` row (kind bad_timestamp /
     bad_date), so the conversation is still stored and the problem is not lost.
     """
-    schemas = table_schemas(dim)
     problems: list[dict] = []
     turns = _turn_rows(conv, dim, problems)
     records = _record_rows(conv, dim, problems)
@@ -237,35 +194,33 @@ def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
     sessions = {t.session_id for t in conv.turns}
     rows = {
         "conversations": [
-            {
-                "conversation_id": conv.conversation_id,
-                "source": conv.source,
-                "source_file": conv.source_file,
+            ConversationRow(
+                conversation_id=conv.conversation_id,
+                source=conv.source,
+                source_file=conv.source_file,
                 # a duplicate's turns are not ingested; its row still says how many it held
-                "n_turns": conv.n_input_turns if conv.n_input_turns is not None else len(conv.turns),
-                "n_sessions": len(sessions),
-                "n_exchanges": len(conv.exchanges),
-                "n_segments": len(conv.segments),
-                "n_records": len(conv.records),
-                "status": conv.status,
-                "error": conv.error,
-                "turns_digest": turns_digest([turn_content_hash(t) for t in conv.turns]),
-                "extended_at": datetime.fromisoformat(conv.extended_at) if conv.extended_at else None,
-            }
+                n_turns=conv.n_input_turns if conv.n_input_turns is not None else len(conv.turns),
+                n_sessions=len(sessions),
+                n_exchanges=len(conv.exchanges),
+                n_segments=len(conv.segments),
+                n_records=len(conv.records),
+                status=conv.status,
+                error=conv.error,
+                turns_digest=turns_digest([turn_content_hash(t) for t in conv.turns]),
+                extended_at=datetime.fromisoformat(conv.extended_at) if conv.extended_at else None,
+            )
         ],
         "turns": turns,
         "segments": _segment_rows(conv),
         "records": records,
         "nodes": _node_rows(conv, dim),
-        "record_nodes": [
-            {"conversation_id": conv.conversation_id, "record_id": r, "node_id": n}
-            for r, n in conv.record_nodes
-        ],
-        "build_stats": [_stats_row(conv, schemas["build_stats"])],
+        "record_nodes": [RecordNode(conversation_id=conv.conversation_id, record_id=r, node_id=n) for r, n in conv.record_nodes],
+        "build_stats": [_stats_row(conv)],
         "questions": questions,
-        "errors": _errors_rows(conv, problems, schemas["errors"]),
+        "errors": _errors_rows(conv, problems),
     }
-    return _withheld(conv, rows, schemas["errors"]) if is_withheld(conv) else rows
+    rows = {table: [r if isinstance(r, dict) else r.as_dict() for r in table_rows] for table, table_rows in rows.items()}
+    return _withheld(conv, rows) if is_withheld(conv) else rows
 
 
 def is_withheld(conv: Conversation) -> bool:
@@ -273,17 +228,16 @@ def is_withheld(conv: Conversation) -> bool:
     return conv.status == "pending"
 
 
-def _withheld(conv: Conversation, rows: dict[str, list[dict]], errors_schema: pa.Schema) -> dict[str, list[dict]]:
+def _withheld(conv: Conversation, rows: dict[str, list]) -> dict[str, list]:
     """What a pending conversation commits: its `conversations` row (0 segments, 0 records) and
     the reader's `errors` rows, nothing partial. Its turns are not stored either, only counted
     in that row's n_turns: stored turns without records would be searched as a conversation, and
     a stored prefix would look to the next run like a conversation to extend, when it must be
     encoded whole. Its llm_failure rows go too: they describe segments that were not kept."""
     (row,) = rows["conversations"]
-    row.update(n_segments=0, n_records=0, turns_digest=None)
-    kept: dict[str, list[dict]] = {table: [] for table in rows}
-    kept["conversations"] = [row]
-    kept["errors"] = [e for e in _errors_rows(conv, [], errors_schema) if e["kind"] != "llm_failure"]
+    kept: dict[str, list] = {table: [] for table in rows}
+    kept["conversations"] = [{**row, "n_segments": 0, "n_records": 0, "turns_digest": None}]
+    kept["errors"] = [e for e in _errors_rows(conv, []) if e["kind"] != "llm_failure"]
     return kept
 
 
@@ -315,28 +269,6 @@ def turns_in(conv: Conversation) -> int:
     return kept + sum(1 for e in conv.errors if is_dropped_turn(e))
 
 
-def _embedding_array(vectors: Sequence, dim: int) -> pa.FixedSizeListArray:
-    """FixedSizeList<float32>[dim] from one flat float32 buffer (no per-element Python objects)."""
-    n = len(vectors)
-    missing = np.fromiter((v is None for v in vectors), dtype=bool, count=n)
-    if not missing.any():
-        flat = np.stack(vectors).astype(np.float32, copy=False).reshape(-1) if n else np.zeros(0, np.float32)
-        return pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float32()), dim)
-    mat = np.zeros((n, dim), dtype=np.float32)
-    for i in np.flatnonzero(~missing):
-        mat[i] = vectors[i]
-    return pa.FixedSizeListArray.from_arrays(
-        pa.array(mat.reshape(-1), type=pa.float32()), dim, mask=pa.array(missing)
-    )
-
-
-def rows_to_table(table: str, rows: list[dict], dim: int) -> pa.Table:
-    """Rows -> Arrow table with exactly the schema of `table_schemas(dim)[table]`."""
-    schema = table_schemas(dim)[table]
-    arrays = []
-    for f in schema:
-        if f.name == "embedding":
-            arrays.append(_embedding_array([r["embedding"] for r in rows], dim))
-        else:
-            arrays.append(pa.array([r.get(f.name) for r in rows], type=f.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+def rows_to_table(table: str, rows: list, dim: int) -> pa.Table:
+    """Rows -> Arrow table with exactly the declared schema of `table`."""
+    return TABLES[table].to_arrow(rows, dim)

@@ -36,12 +36,7 @@ from lychee_ray.io.fs import (
     resolve_uri,
     write_atomic,
 )
-from lychee_ray.schemas import (
-    INGEST_TABLES,
-    SCHEMA_VERSION,
-    Conversation,
-    table_schemas,
-)
+from lychee_ray.schemas import Conversation
 from lychee_ray.store.manifest import (
     COMMITS,
     MANIFEST,
@@ -56,7 +51,14 @@ from lychee_ray.store.manifest import (
     write_json,
 )
 from lychee_ray.store.reader import open_store
-from lychee_ray.store.rows import DROPPED_TURN_SQL, WITHHOLDING_KINDS, conversation_rows, is_withheld, rows_to_table
+from lychee_ray.store.rows import (
+    DROPPED_TURN_SQL,
+    WITHHOLDING_KINDS,
+    conversation_rows,
+    is_withheld,
+    rows_to_table,
+)
+from lychee_ray.tables import INGEST_TABLES, SCHEMA_VERSION, table_schemas
 
 log = logging.getLogger(__name__)
 STORE_ID_KEY = b"lychee_ray.store_id"  # Parquet footer key: the store that wrote the part

@@ -12,7 +12,7 @@ Exchanges follow the roles when there are user/assistant roles, else speaker pai
 
 from __future__ import annotations
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import (
     SKIPPED_ROLES,
@@ -25,7 +25,8 @@ from lychee_ray.io.readers.common import (
     scalar_text,
     validated_turns,
 )
-from lychee_ray.schemas import Conversation, Turn
+from lychee_ray.schemas import Conversation
+from lychee_ray.tables import Turn
 
 _TEXT_PARTS = ("text", "input_text", "output_text")  # chat completions; the Responses API
 

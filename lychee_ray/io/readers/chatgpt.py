@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.chat import has_roles
 from lychee_ray.io.readers.common import (

@@ -18,10 +18,11 @@ import reprlib
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.dates import parse_source_datetime
 from lychee_ray.io.fs import comparable_path
-from lychee_ray.schemas import Conversation, Turn
+from lychee_ray.schemas import Conversation
+from lychee_ray.tables import Turn
 from lychee_ray.tokens import TokenCounter, token_counter
 
 log = logging.getLogger(__name__)

@@ -32,11 +32,25 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from lychee_ray.config import ReadConfig
-from lychee_ray.io.fs import child_uri, display_uri, is_local, join_path, open_input, resolve_uri, walk_files
+from lychee_ray.config_sections import ReadConfig
+from lychee_ray.io.fs import (
+    child_uri,
+    display_uri,
+    is_local,
+    join_path,
+    open_input,
+    resolve_uri,
+    walk_files,
+)
 from lychee_ray.io.readers.chat import read_chat
 from lychee_ray.io.readers.chatgpt import is_chatgpt_export, read_chatgpt
-from lychee_ray.io.readers.common import ErrorEntry, InputError, Source, error_conversation, short
+from lychee_ray.io.readers.common import (
+    ErrorEntry,
+    InputError,
+    Source,
+    error_conversation,
+    short,
+)
 from lychee_ray.io.readers.decode import (
     BOM,
     MAX_DEPTH,
@@ -55,10 +69,23 @@ from lychee_ray.io.readers.decode import (
 )
 from lychee_ray.io.readers.locomo import read_locomo
 from lychee_ray.io.readers.longmemeval import read_longmemeval
-from lychee_ray.io.readers.plan import FilePart, FirstCopies, Place, number_parts, parts_to_count, plan_parts
+from lychee_ray.io.readers.plan import (
+    FilePart,
+    FirstCopies,
+    Place,
+    number_parts,
+    parts_to_count,
+    plan_parts,
+)
 from lychee_ray.io.readers.sharegpt import is_sharegpt, read_sharegpt
-from lychee_ray.io.readers.turns import TurnRow, parquet_turn_rows, turn_conversations, turn_row
-from lychee_ray.schemas import MANIFEST, STORE_FORMAT, Conversation
+from lychee_ray.io.readers.turns import (
+    TurnRow,
+    parquet_turn_rows,
+    turn_conversations,
+    turn_row,
+)
+from lychee_ray.schemas import Conversation
+from lychee_ray.tables import MANIFEST, STORE_FORMAT
 
 log = logging.getLogger(__name__)
 # `_detect_object`'s kinds; every reader takes (the object, its `Source`, the read config)

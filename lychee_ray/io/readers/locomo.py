@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.dates import parse_source_datetime
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import (
@@ -29,7 +29,8 @@ from lychee_ray.io.readers.common import (
     short,
     validated_turns,
 )
-from lychee_ray.schemas import LOCOMO_CATEGORIES, Conversation, Question
+from lychee_ray.schemas import LOCOMO_CATEGORIES, Conversation
+from lychee_ray.tables import Question
 
 _DIA_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
 _SESSION_KEY = re.compile(r"session_(\d+)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.dates import parse_source_datetime
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import (
@@ -32,7 +32,8 @@ from lychee_ray.io.readers.common import (
     short,
     validated_turns,
 )
-from lychee_ray.schemas import Conversation, Question
+from lychee_ray.schemas import Conversation
+from lychee_ray.tables import Question
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ there is one. Exchanges follow the roles.
 
 from __future__ import annotations
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.chat import has_roles
 from lychee_ray.io.readers.common import (

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.chat import chat_turn, has_roles
 from lychee_ray.io.readers.common import (

@@ -1,4 +1,5 @@
-"""Stage 4, organize: evidence nodes derived from record metadata, with no LLM.
+"""Stage 4, organize: the evidence nodes derived from record metadata, with no LLM, and the vectors
+of records and node names.
 
 Node kinds (DESIGN.md):
 - entity: a normalized name; aliases collected from the encoder's resolution states are merged
@@ -23,12 +24,20 @@ from datetime import date, timedelta
 
 import numpy as np
 
-from lychee_ray.config import EmbeddingConfig, OrganizeConfig
+from lychee_ray.config import LycheeConfig
+from lychee_ray.config_sections import OrganizeConfig
 from lychee_ray.embedding import Embedder, VectorCache
 from lychee_ray.names import display_form, normalize_name
-from lychee_ray.runtime.stage import PASS_THROUGH, Resources, Stage, add_seconds, mark_failed
-from lychee_ray.schemas import Conversation, MemoryRecord
-from lychee_ray.store.prior import PriorState
+from lychee_ray.runtime.stage import (
+    PASS_THROUGH,
+    Resources,
+    Stage,
+    add_seconds,
+    mark_failed,
+)
+from lychee_ray.schemas import Conversation
+from lychee_ray.store.stored_state import StoredState
+from lychee_ray.tables import Node, Record
 
 MAX_DAY_SPAN = 14  # longer ranges get month nodes only: a day node per day would flood the index
 MAX_MONTH_SPAN = 24
@@ -52,7 +61,7 @@ def _months(start: date, end: date) -> list[str]:
     return out
 
 
-def time_keys(rec: MemoryRecord) -> list[str]:
+def time_keys(rec: Record) -> list[str]:
     if not rec.time_start:
         return []
     try:
@@ -66,7 +75,7 @@ def time_keys(rec: MemoryRecord) -> list[str]:
     return keys
 
 
-def build_nodes(conv: Conversation, cfg: OrganizeConfig) -> tuple[list[dict], list[tuple[str, str]]]:
+def build_nodes(conv: Conversation, cfg: OrganizeConfig) -> tuple[list[Node], list[tuple[str, str]]]:
     """Nodes and record->node edges for one conversation (pure: reads records, writes nothing)."""
     cid = conv.conversation_id
     canonical = {normalize_name(alias): name for alias, name in conv.entity_aliases.items()}
@@ -110,7 +119,7 @@ def _turn_positions(conv: Conversation) -> dict[str, tuple[str, int]]:
     return pos
 
 
-def _frames(rec: MemoryRecord, turn_pos: dict, window: int) -> list[str]:
+def _frames(rec: Record, turn_pos: dict, window: int) -> list[str]:
     frames = []
     for tid in rec.source_turn_ids:
         if tid in turn_pos:
@@ -132,12 +141,12 @@ def _materialize(cid, members, display, cfg: OrganizeConfig):
         nid = node_id(cid, kind, key)
         name = display[(kind, key)].most_common(1)[0][0]
         unique = list(dict.fromkeys(rids))
-        nodes.append({"node_id": nid, "kind": kind, "name": name, "n_records": len(unique)})
+        nodes.append(Node(node_id=nid, kind=kind, name=name, n_records=len(unique)))
         edges.extend((rid, nid) for rid in unique)
     return nodes, edges
 
 
-def _record_vectors(records: list[MemoryRecord], stored: dict[str, np.ndarray], fresh: list[MemoryRecord], vecs: np.ndarray) -> np.ndarray:
+def _record_vectors(records: list[Record], stored: dict[str, np.ndarray], fresh: list[Record], vecs: np.ndarray) -> np.ndarray:
     """[n_records, d] in record order: stored vectors by id, the just-embedded ones for the rest."""
     new = {r.record_id: v for r, v in zip(fresh, vecs)}
     if not records:
@@ -153,15 +162,16 @@ class OrganizeStage(Stage[Conversation]):
 
     name = "organize"
 
-    def __init__(self, cfg: OrganizeConfig, emb_cfg: EmbeddingConfig):
-        self.cfg, self.emb_cfg = cfg, emb_cfg
-        self.resources = Resources(num_cpus=1, num_gpus=emb_cfg.num_gpus_per_actor, num_actors=emb_cfg.num_actors, batch_size=emb_cfg.conversations_per_batch)
-        self.embedder: Embedder | None = None
-        self.vector_kinds = frozenset(cfg.vector_node_kinds)
-        self.name_vectors = VectorCache(cfg.name_cache_entries)  # here, not in setup(): ablate sets `embedder` itself
+    def __init__(self, cfg: LycheeConfig, embedder: Embedder | None = None):
+        self.cfg, self.emb_cfg = cfg.organize, cfg.embedding
+        emb = cfg.embedding
+        self.resources = Resources(num_cpus=1, num_gpus=emb.num_gpus_per_actor, num_actors=emb.num_actors, batch_size=emb.conversations_per_batch)
+        self.embedder = embedder  # a loaded model to share (the ablation grid's); else loaded in setup()
+        self.vector_kinds = frozenset(self.cfg.vector_node_kinds)
+        self.name_vectors = VectorCache(self.cfg.name_cache_entries)
 
     def setup(self) -> None:
-        self.embedder = Embedder(self.emb_cfg)
+        self.embedder = self.embedder or Embedder(self.emb_cfg)
 
     def process(self, conv: Conversation) -> None:
         conv.nodes, conv.record_nodes = build_nodes(conv, self.cfg)
@@ -183,10 +193,10 @@ class OrganizeStage(Stage[Conversation]):
         return convs
 
     def _embed(self, live: list[Conversation]) -> None:
-        names = [n["name"] for c in live for n in c.nodes if n["kind"] in self.vector_kinds]
+        names = [n.name for c in live for n in c.nodes if n.kind in self.vector_kinds]
         cached, missing = self.name_vectors.split(names)
         # a grown conversation's reused records keep their stored vectors
-        stored = [c.prior.record_embeddings if isinstance(c.prior, PriorState) else {} for c in live]
+        stored = [c.prior.record_embeddings if isinstance(c.prior, StoredState) else {} for c in live]
         fresh = [[r for r in c.records if r.record_id not in old] for c, old in zip(live, stored)]
         groups = self.embedder.encode_groups([[r.text for r in recs] for recs in fresh] + [missing])
         self.name_vectors.add(missing, groups[-1])
@@ -196,13 +206,13 @@ class OrganizeStage(Stage[Conversation]):
             c.node_embeddings = self._node_vectors(c.nodes, by_name)
         self._count(live, fresh, names, cached, missing)
 
-    def _node_vectors(self, nodes: list[dict], by_name: dict[str, np.ndarray]) -> np.ndarray:
+    def _node_vectors(self, nodes: list[Node], by_name: dict[str, np.ndarray]) -> np.ndarray:
         """[n_nodes, d]; a NaN row for a node of a kind without a vector: the store writes a
         NULL embedding for it (`store.rows`), which vector search skips."""
         mat = np.full((len(nodes), self.embedder.dim), np.nan, dtype=np.float32)
         for i, node in enumerate(nodes):
-            if node["kind"] in self.vector_kinds:
-                mat[i] = by_name[node["name"]]
+            if node.kind in self.vector_kinds:
+                mat[i] = by_name[node.name]
         return mat
 
     def _count(self, live, fresh, names, cached, missing) -> None:
