@@ -1,8 +1,7 @@
 """The one normalisation of entity and topic names.
 
-Organize keys evidence nodes by it, the store's `lychee_norm` SQL function (registered on every
-DuckDB connection) compares node names with query names by it, and the rules backend cleans
-entity names with the same pieces. So "The Support-Group's" and "support group" are one node and
+Organize keys evidence nodes by it, retrieval matches query names to node names by it
+(query/conversation.py), and the rules backend cleans entity names with the same pieces. So "The Support-Group's" and "support group" are one node and
 match one query. Case, a possessive 's, runs of punctuation and a leading article do not count;
 accents do (no transliteration).
 """
@@ -11,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-POSSESSIVE_RE = re.compile(r"['’]s\b", re.ASCII)  # ASCII \b, as DuckDB's RE2 has it
+POSSESSIVE_RE = re.compile(r"['’]s\b", re.ASCII)  # ASCII \b, as the rule has always been: stored node keys stay the same
 LEADING_ARTICLE_RE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
 _NOT_LETTER_OR_DIGIT = re.compile(r"[\W_]+")
 
@@ -22,15 +21,6 @@ def normalize_name(name: str) -> str:
     text = POSSESSIVE_RE.sub("", name.lower())
     text = _NOT_LETTER_OR_DIGIT.sub(" ", text).strip()
     return LEADING_ARTICLE_RE.sub("", text)
-
-
-# The same normalisation as a DuckDB macro, so node matching runs inside the query instead of
-# calling back into Python per row (a Python UDF cost 17 ms per 3,000 nodes). tests/test_names.py
-# checks with Hypothesis that both give the same key.
-NORMALIZE_NAME_SQL = (
-    "CREATE MACRO lychee_norm(x) AS regexp_replace(trim(regexp_replace(regexp_replace(lower(x), "
-    "'[''’]s\\b', '', 'g'), '[^\\p{L}\\p{N}]+', ' ', 'g')), '^(the|a|an) +', '')"
-)
 
 
 _SPACES = re.compile(r"\s+")

@@ -13,13 +13,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from lychee_ray.config import OrganizeConfig
+from lychee_ray.config_sections import OrganizeConfig
 from lychee_ray.embedding import Embedder, VectorCache
 from lychee_ray.ingest.embed import EmbedTurnsStage
 from lychee_ray.ingest.encode import EncodeStage
-from lychee_ray.ingest.organize import OrganizeStage
+from lychee_ray.ingest.evidence_nodes import OrganizeStage
 from lychee_ray.ingest.segment import SegmentStage
 from lychee_ray.io.readers.files import read_file
+from lychee_ray.query.conversation import LoadedConversation
 from lychee_ray.query.retrieve import Retriever
 from lychee_ray.rules.planner import RulesPlanner
 from lychee_ray.schemas import Conversation
@@ -59,16 +60,13 @@ def organized(embedder):
     organize one conversation per batch on one stage (one actor): (conversations, stage, what
     the model was sent by organize, per batch)."""
     cfg = local_config()
-    convs = [c for c in read_file(str(LOCOMO_PATH), cfg.read) if c.status == "ok"]
-    embed = EmbedTurnsStage(cfg.embedding)
-    embed.embedder = embedder
-    convs = embed.process_batch(convs)
-    convs = SegmentStage(cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges, cfg.tokenizer_spec).process_batch(convs)
+    convs = [c for c in read_file(str(LOCOMO_PATH), cfg.read_settings) if c.status == "ok"]
+    convs = EmbedTurnsStage(cfg, embedder).process_batch(convs)
+    convs = SegmentStage(cfg).process_batch(convs)
     encoder = EncodeStage(cfg)
     encoder.setup()
     convs = encoder.process_batch(convs)
-    organize = OrganizeStage(cfg.organize, cfg.embedding)
-    organize.embedder = embedder
+    organize = OrganizeStage(cfg, embedder)
     sent_per_batch = []
     for conv in convs:
         embedder.sent.clear()
@@ -104,13 +102,14 @@ def test_node_vector_search_skips_nodes_without_a_vector(locomo_dev_store, embed
             kinds = Counter(r[0] for r in store.con.execute("SELECT kind FROM nodes WHERE conversation_id = ?", [cid]).fetchall())
             n_vec = sum(v for k, v in kinds.items() if k not in NO_VECTOR)
             # a query vector equal to a date's own name: the time node it names is still not found
-            hits = store.vector_topk("nodes", cid, embedder.encode(["2023-05-08"])[0], k=10_000)
-            assert len(hits) == n_vec and not any(h["kind"] in NO_VECTOR for h in hits), cid
+            nodes = LoadedConversation.load(store, cid).nodes
+            hits = nodes.top(nodes.cosine(embedder.encode(["2023-05-08"]))[0], 10_000)
+            assert len(hits) == n_vec and not any(nodes.cols["kind"][i] in NO_VECTOR for i in hits), cid
             ids, vecs = store.embeddings("nodes", cid)
             assert len(ids) == n_vec and vecs.shape == (n_vec, store.dim) and np.isfinite(vecs).all()
             # time and event-frame nodes are still there for the name match and the time channel
             day = store.sql("SELECT name FROM nodes WHERE conversation_id = $cid AND kind = 'time' LIMIT 1", {"cid": cid})[0]["name"]
-            assert [n["kind"] for n in store.match_nodes(cid, [day])] == ["time"]
+            assert [nodes.cols["kind"][i] for i in LoadedConversation.load(store, cid).match_nodes([day])] == ["time"]
 
 
 def test_node_channel_still_answers_a_question(locomo_dev_store, embedder):
@@ -125,8 +124,9 @@ def test_node_channel_still_answers_a_question(locomo_dev_store, embedder):
         assert got.rankings.get("r0:node"), q["question"]
         assert got.selected
         # the node channel's vector match alone (no names) still finds linked records
-        nearest = store.vector_topk("nodes", "conv-26", embedder.encode([q["question"]])[0], cfg.retrieval.max_node_matches)
-        assert nearest and store.node_records("conv-26", [n["node_id"] for n in nearest])
+        conv = LoadedConversation.load(store, "conv-26")
+        nearest = conv.nodes.top(conv.nodes.cosine(embedder.encode([q["question"]]))[0], cfg.retrieval.max_node_matches)
+        assert nearest and conv.node_records([conv.nodes.ids[i] for i in nearest])
 
 
 # -------------------------------------------------------------------------- what the model is sent
@@ -148,21 +148,21 @@ def test_names_embedded_for_an_earlier_conversation_come_from_the_actor_cache(or
     seen: set[str] = set()
     repeated = 0
     for conv, sent in zip(convs, sent_per_batch):
-        names = [n["name"] for n in conv.nodes if n["kind"] not in NO_VECTOR]
+        names = [n.name for n in conv.nodes if n.kind not in NO_VECTOR]
         earlier = [n for n in names if n in seen]
         repeated += len(earlier)
         assert not set(earlier) & set(sent), conv.conversation_id  # not sent again
-        assert not {n["name"] for n in conv.nodes if n["kind"] in NO_VECTOR} & set(sent) - {r.text for r in conv.records}
+        assert not {n.name for n in conv.nodes if n.kind in NO_VECTOR} & set(sent) - {r.text for r in conv.records}
         seen.update(names)
     assert repeated > 0  # topics ("family", ...) recur across the fixture's conversations
     stats = stage.stats
     assert stats["texts_from_cache"] == repeated
     assert stats["texts_asked"] == stats["texts_embedded"] + stats["texts_from_cache"] + stats["texts_deduplicated"]
     assert stats["texts_embedded"] == sum(len(s) for s in sent_per_batch)
-    assert stats["nodes_without_vector"] == sum(n["kind"] in NO_VECTOR for c in convs for n in c.nodes) > 0
+    assert stats["nodes_without_vector"] == sum(n.kind in NO_VECTOR for c in convs for n in c.nodes) > 0
     # every vector handed out, cached or fresh, is the name's own
     for conv in convs:
-        has = [i for i, n in enumerate(conv.nodes) if n["kind"] not in NO_VECTOR]
+        has = [i for i, n in enumerate(conv.nodes) if n.kind not in NO_VECTOR]
         assert np.isnan(np.delete(conv.node_embeddings, has, axis=0)).all()
         fresh = embedder.encode([conv.nodes[i]["name"] for i in has])
         np.testing.assert_allclose(conv.node_embeddings[has], fresh, atol=ATOL)
@@ -192,9 +192,8 @@ def test_vector_cache_is_bounded_and_evicts_the_least_recently_used():
 
 def test_vector_node_kinds_config_restores_vectors_for_time_nodes(organized, embedder):
     conv = organized[0][0]
-    every_kind = OrganizeConfig(vector_node_kinds=["entity", "topic", "entity_topic", "time", "event_frame"])
-    stage = OrganizeStage(every_kind, local_config().embedding)
-    stage.embedder = embedder
+    every_kind = local_config('organize.vector_node_kinds=["entity", "topic", "entity_topic", "time", "event_frame"]')
+    stage = OrganizeStage(every_kind, embedder)
     copy = Conversation(conv.conversation_id, conv.source, conv.source_file, turns=conv.turns, records=conv.records)
     stage.process_batch([copy])
     assert not np.isnan(copy.node_embeddings).any()

@@ -14,12 +14,33 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from lychee_ray.config import ConfigError, load_config
+from lychee_ray.config import load_config
+from lychee_ray.config_sections import ConfigError
 from lychee_ray.evaluate.answers import answer_row
-from lychee_ray.evaluate.job import Progress, check_cpus, evaluate_in_process, question_dataset, run_evaluate
-from lychee_ray.evaluate.questions import QAItem, by_conversation, conversation_groups, load_questions
-from lychee_ray.evaluate.stages import UNBOUNDED, AnswerStage, JudgeStage, PlanStage, RetrieveStage, cut_to_budget
-from lychee_ray.query.retrieve import Evidence, baseline_turns
+from lychee_ray.evaluate.job import (
+    Progress,
+    check_cpus,
+    evaluate_in_process,
+    question_dataset,
+    run_evaluate,
+)
+from lychee_ray.evaluate.questions import (
+    QAItem,
+    by_conversation,
+    conversation_groups,
+    load_questions,
+)
+from lychee_ray.evaluate.stages import (
+    UNBOUNDED,
+    AnswerStage,
+    JudgeStage,
+    PlanStage,
+    RetrieveStage,
+    cut_to_budget,
+)
+from lychee_ray.query.evidence import Evidence
+from lychee_ray.query.retrieve import baseline_turns
+from lychee_ray.tables import Turn
 from lychee_ray.runtime.stage import apply_stage, unpack
 from lychee_ray.store.reader import open_store
 
@@ -194,7 +215,7 @@ def test_two_actors_per_stage_give_the_same_answers_as_one(locomo_dev_store, ray
 # Baselines: one search per question, cut per budget
 # --------------------------------------------------------------------------------------------
 def ev(key: str, tokens: int) -> Evidence:
-    return Evidence(key, "turn", key, None, None, [key], None, tokens=tokens)
+    return Evidence(key, Turn(turn_id=key, turn_idx=0, session_id="s", speaker="a", role="a", text=key), tokens=tokens)
 
 
 def test_smaller_budgets_are_cut_from_the_ranking_not_from_the_largest_selection():
@@ -216,15 +237,14 @@ def test_baseline_cut_equals_the_per_budget_search_on_the_fixture_store(locomo_d
     assert len(items) == 90  # every category 1-4 question of the fixture
     qvecs = Embedder(cfg.embedding).encode([i.question for i in items])
     count = token_counter(cfg.tokenizer_spec).count
-    engine = cfg.retrieval.engine  # as RetrieveStage calls it
     budgets = sorted({*cfg.evaluate.recall_budgets, cfg.retrieval.context_token_budget, 1, 37, 5000})
     differs = 0
     for item, qv in zip(items, qvecs):
         for kind in ("naive_rag", "bm25"):
-            ranked = baseline_turns(store, kind, item.conversation_id, item.question, qv, UNBOUNDED, count=count, engine=engine)
+            ranked = baseline_turns(store, kind, item.conversation_id, item.question, qv, UNBOUNDED, count=count)
             assert ranked, (kind, item.question_id)
             for b in budgets:
-                old = baseline_turns(store, kind, item.conversation_id, item.question, qv, b, count=count, engine=engine)
+                old = baseline_turns(store, kind, item.conversation_id, item.question, qv, b, count=count)
                 new = cut_to_budget(ranked, b)
                 assert [(e.key, e.tokens) for e in new] == [(e.key, e.tokens) for e in old], (kind, item.question_id, b)
                 # how often a smaller budget keeps a hit the largest one dropped (not a prefix)

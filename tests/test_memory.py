@@ -136,9 +136,13 @@ def test_answer_through_the_llm_is_two_calls_and_reports_their_usage(locomo_dev_
 # --------------------------------------------------------------------------------------------
 def test_records_filter_by_type_and_time_like_a_direct_query(memory, locomo_dev_store):
     rows = duckdb.sql(
-        f"select record_id, type, time_start, time_end from read_parquet('{locomo_dev_store}/records/*.parquet') "
+        f"select record_id, type, time_start, time_end, source_turn_ids from read_parquet('{locomo_dev_store}/records/*.parquet') "
         "where conversation_id = 'conv-26'"
     ).fetchall()
+    said = dict(duckdb.sql(
+        f"select turn_id, cast(timestamp as date) from read_parquet('{locomo_dev_store}/turns/*.parquet') "
+        "where conversation_id = 'conv-26'"
+    ).fetchall())
     everything = memory.records("conv-26")
     assert everything.num_rows == len(rows) > 0
     assert set(everything.column("record_id").to_pylist()) == {r[0] for r in rows}
@@ -148,14 +152,14 @@ def test_records_filter_by_type_and_time_like_a_direct_query(memory, locomo_dev_
     assert 0 < len(expected) < len(rows)
     assert set(events.column("record_id").to_pylist()) == expected and events.num_rows == len(expected)
 
-    # overlap of [time_start, time_end] with June 2023 (records without a time are out)
+    # retrieval's window rule: [time_start, time_end] overlaps June 2023, or, for a record that
+    # states no time, one of its source turns was said in June
     june = memory.records("conv-26", since="2023-06-01", until="2023-06-30")
-    lo, hi = "2023-06-01", "2023-06-30"
-    in_june = {
-        r[0] for r in rows
-        if (r[2] or r[3]) is not None and str(r[2] or r[3]) <= hi and str(r[3] or r[2]) >= lo
-    }
-    assert 0 < len(in_june) < len(rows)
+    lo, hi = dt.date(2023, 6, 1), dt.date(2023, 6, 30)
+    timed = {r[0] for r in rows if (r[2] or r[3]) is not None and (r[2] or r[3]) <= hi and (r[3] or r[2]) >= lo}
+    untimed = {r[0] for r in rows if (r[2] or r[3]) is None and any(lo <= said[t] <= hi for t in r[4])}
+    in_june = timed | untimed
+    assert timed and untimed and len(in_june) < len(rows)
     assert set(june.column("record_id").to_pylist()) == in_june
     # month shorthand and date objects mean the same window; type and window combine
     assert memory.records("conv-26", since="2023-06", until="2023-06").column("record_id").to_pylist() == june.column("record_id").to_pylist()

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from lychee_ray import Memory
 from lychee_ray.cli import main
 from lychee_ray.config import load_config
-from lychee_ray.schemas import RECORD_TYPES
+from lychee_ray.tables import RECORD_TYPES
 
 from .conftest import REPO
 

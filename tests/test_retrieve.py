@@ -13,8 +13,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from lychee_ray.names import normalize_name
+from lychee_ray.query.conversation import LoadedConversation
+from lychee_ray.query.evidence import TURN_PREFIX
 from lychee_ray.query.fusion import budget_topk, mmr_select
-from lychee_ray.query.retrieve import TURN_PREFIX, Retriever
+from lychee_ray.query.retrieve import Retriever
 from lychee_ray.rules.planner import RulesPlanner
 from lychee_ray.schemas import QueryPlan, Route, TimeWindow
 from lychee_ray.tokens import count_tokens
@@ -33,11 +36,20 @@ class Tables:
         self.records = read("records")
         self.turns = read("turns")
         self.edges = read("record_nodes")
+        self.nodes = read("nodes")
         self.record_ids = {c: {r["record_id"] for r in self.records if r["conversation_id"] == c}
                            for c in {r["conversation_id"] for r in self.records}}
         self.record = {r["record_id"]: r for r in self.records}
         self.turn_day = {(t["conversation_id"], t["turn_id"]): t["timestamp"].date() for t in self.turns}
         self.cited = {(r["conversation_id"], tid) for r in self.records for tid in r["source_turn_ids"]}
+
+    def nearest(self, table: str, cid: str, qv: np.ndarray, k: int) -> list[str]:
+        """Ids of the k rows of `table` nearest to `qv` by cosine (rows without a vector skipped)."""
+        id_col = {"nodes": "node_id", "turns": "turn_id"}[table]
+        rows = [r for r in getattr(self, table) if r["conversation_id"] == cid and r["embedding"] is not None]
+        mat = np.array([r["embedding"] for r in rows], dtype=np.float64)
+        sims = mat @ qv / (np.linalg.norm(mat, axis=1) * np.linalg.norm(qv))
+        return [rows[i][id_col] for i in np.argsort(-sims, kind="stable")[:k]]
 
     def in_window(self, rid: str, start: dt.date, end: dt.date) -> bool:
         """DESIGN: a record's [time_start, time_end] overlaps the window; an untimed record is in
@@ -100,10 +112,11 @@ def test_node_channel_returns_only_records_linked_to_matched_nodes(store, embedd
     qv = embedder.encode([CAMPING.goal])
     rankings, _ = r.channel_rankings(CID, QueryPlan(routes=[CAMPING]), qv)
     keys = rankings["r0:node"]
-    named = store.match_nodes(CID, ["Melanie", "nature"])
+    asked = {normalize_name(n) for n in ["Melanie", "nature"]}
+    named = [n for n in tables.nodes if n["conversation_id"] == CID and normalize_name(n["name"]) in asked]
     assert {n["name"] for n in named} == {"Melanie", "nature"}
-    nearest = store.vector_topk("nodes", CID, qv[0], r.cfg.max_node_matches)
-    matched = {n["node_id"] for n in named + nearest}
+    nearest = tables.nearest("nodes", CID, qv[0], r.cfg.max_node_matches)
+    matched = {n["node_id"] for n in named} | set(nearest)
     linked = {e["record_id"] for e in tables.edges if e["conversation_id"] == CID and e["node_id"] in matched}
     assert keys and set(keys) <= linked and set(keys) <= tables.record_ids[CID]
     assert len(keys) == min(r.cfg.top_k_per_channel, len(linked))
@@ -132,11 +145,12 @@ def test_turn_channels_map_hits_to_citing_records_or_keep_the_raw_turn(store, em
     plan = QueryPlan(routes=[CAMPING, route(raw["text"])])
     rankings, pool = r.channel_rankings(CID, plan, embedder.encode([CAMPING.goal, raw["text"]]))
     assert set(rankings) <= {"r0:turn_vector", "r0:turn_bm25", "r1:turn_vector", "r1:turn_bm25"}
+    conv = LoadedConversation.load(store, CID)
     for name, keys in rankings.items():
         qv = embedder.encode([plan.routes[int(name[1])].goal])[0]
-        hits = {t["turn_id"] for t in store.vector_topk("turns", CID, qv, r.cfg.top_k_per_channel)} \
-            if name.endswith("vector") else \
-            {t["turn_id"] for t in store.bm25_topk("turns", CID, " ".join(plan.routes[int(name[1])].search_terms), r.cfg.top_k_per_channel)}
+        k = r.cfg.top_k_per_channel
+        hits = set(tables.nearest("turns", CID, qv, k)) if name.endswith("vector") else \
+            {conv.turns.ids[i] for i in conv.bm25(" ".join(plan.routes[int(name[1])].search_terms), k)}
         for key in keys:
             if key.startswith(TURN_PREFIX):
                 tid = key[len(TURN_PREFIX):]

@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 from lychee_ray.config import LycheeConfig
 from lychee_ray.dates import parse_iso_date, parse_source_datetime
 from lychee_ray.llm.client import Usage
-from lychee_ray.llm.prompts import EvidenceItem, answer_messages, format_evidence, plan_messages
+from lychee_ray.llm.prompts import (
+    EvidenceItem,
+    answer_messages,
+    format_evidence,
+    plan_messages,
+)
 from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.rules.answerer import extractive_answer
 from lychee_ray.rules.planner import RulesPlanner
@@ -64,7 +69,7 @@ class Planner:
         if self.client is None:
             return Outcome(self.rules_plan(question, question_date, known_entities))
 
-        ev = self.cfg.evaluate
+        ev = self.cfg.query
         n = ev.plan_max_items
         schema = json_schema_for(
             QueryPlan,
@@ -73,7 +78,7 @@ class Planner:
             max_length={"goal": ev.plan_goal_chars, "*": ev.plan_field_chars},
         )
         result = await self.client.structured(
-            plan_messages(question, question_date, known_entities), QueryPlan, schema=schema, max_tokens=self.cfg.evaluate.max_plan_tokens, tag=tag
+            plan_messages(question, question_date, known_entities), QueryPlan, schema=schema, max_tokens=self.cfg.query.max_plan_tokens, tag=tag
         )
         out = Outcome(drop_bad_windows(result.parsed, tag) if result.parsed else None, error=result.error)
         out.usage.add(result.usage)
@@ -92,8 +97,8 @@ class Answerer:
             return Outcome(extractive_answer(question, [e.text for e in evidence]))
 
         messages = answer_messages(benchmark, question, question_date, format_evidence(evidence))
-        schema = json_schema_for(AnswerOutput, self.cfg.llm.schema_dialect, max_length={"answer": self.cfg.evaluate.max_answer_chars})
-        result = await self.client.structured(messages, AnswerOutput, schema=schema, max_tokens=self.cfg.evaluate.max_answer_tokens, tag=tag)
+        schema = json_schema_for(AnswerOutput, self.cfg.llm.schema_dialect, max_length={"answer": self.cfg.query.max_answer_chars})
+        result = await self.client.structured(messages, AnswerOutput, schema=schema, max_tokens=self.cfg.query.max_answer_tokens, tag=tag)
         out = Outcome(result.parsed.answer if result.parsed else None, error=result.error)
         out.usage.add(result.usage)
         if result.parsed is None:

@@ -7,21 +7,21 @@ questions, one conversation at a time::
         items = memory.search("conv-26", "Where did Caroline move from?")
         reply = memory.answer("conv-26", "Where did Caroline move from?")
 
-It is the path `lychee-ray evaluate` measures, not a second one: the same `Planner` (the
-configured backend: rules, or the LLM under `llm.backend: openai`), the same `Retriever` with
-the same channels, RRF fusion, optional cross-encoder rerank and MMR selection under a token
-budget, and the same `Answerer` (extractive under rules, one LLM call under openai). Evaluate
-runs those pieces as Ray stages over many questions (`evaluate/stages.py`); `Memory` runs them
-in-process for one question at a time. `lychee-ray query` is a thin printer over `Memory`.
-Retrieval runs in memory (`retrieval.engine: cache`, query/cache.py): a conversation's first
-question loads its rows once (tens of ms), later ones touch no SQL; `retrieval.cache_mb` bounds
-what stays loaded.
+It is the path `lychee-ray evaluate` measures, not a second one: both build the same
+`QueryEngine` (query/engine.py) from the config: the same planner (rules, or the LLM under
+`llm.backend: openai`), the same retriever with the same channels, RRF fusion, optional
+cross-encoder rerank and MMR selection under a token budget, and the same answerer (extractive
+under rules, one LLM call under openai). Evaluate runs those pieces as Ray stages over many
+questions (`evaluate/stages.py`); `Memory` runs them in-process for one question at a time.
+`lychee-ray query` is a thin printer over `Memory`. Retrieval runs in memory
+(query/conversation.py): a conversation's first question loads its rows once (tens of ms),
+later ones touch no SQL; `retrieval.cache_mb` bounds what stays loaded.
 
 The API is synchronous on purpose: an agent loop calls it between its own steps, and a sync call
 composes with any caller (plain scripts, threads, notebooks) without lending it an event loop.
 The planner and answerer are async inside (they share the LLM client with evaluate), so each step
-runs under `run_closing` with a fresh client (`Planner`/`Answerer` are a config and a client,
-built per step): the loop and its HTTP pool begin and end inside the call, and nothing leaks
+runs under `run_closing` with a fresh client (`QueryEngine.new_client`; `Planner`/`Answerer`
+are a config and a client, built per step): the loop and its HTTP pool begin and end inside the call, and nothing leaks
 between calls. Called from inside a running loop, a step runs on a helper thread instead. A
 `Memory` holds one DuckDB connection (see `Store`): use it from one thread at a time, and open
 one per thread otherwise. The store is opened once, at `Memory.open`; the embedding model and
@@ -43,29 +43,22 @@ from typing import Self
 
 import pyarrow as pa
 
-from lychee_ray.config import ConfigError, LycheeConfig, load_config
+from lychee_ray.config import LycheeConfig, load_config
 from lychee_ray.dates import parse_iso_date
-from lychee_ray.embedding import Embedder
 from lychee_ray.llm.client import LLMClient, Usage, run_closing
 from lychee_ray.llm.prompts import EvidenceItem
-from lychee_ray.query.answer import Answerer, Outcome, Planner
-from lychee_ray.query.cache import drop_cache
-from lychee_ray.query.rerank import CrossEncoderReranker
-from lychee_ray.query.retrieve import Evidence, Retriever, entity_names
-from lychee_ray.schemas import RECORD_TYPES, QueryPlan
+from lychee_ray.query.answer import Outcome
+from lychee_ray.query.conversation import cache_for, drop_cache
+from lychee_ray.query.engine import QueryEngine
+from lychee_ray.query.evidence import Evidence
+from lychee_ray.schemas import QueryPlan
 from lychee_ray.store.manifest import StoreError
 from lychee_ray.store.reader import Store, open_store
-from lychee_ray.tokens import token_counter
+from lychee_ray.tables import RECORD_TYPES, Record, Turn
 
-# What `records()` returns: every records column but the embedding (384+ floats per row that
-# an agent has no use for; the retrieval path reads them itself).
-RECORD_COLUMNS = (
-    "conversation_id", "record_id", "segment_id", "type", "text", "entities", "topics",
-    "time_start", "time_end", "time_granularity", "time_expression", "source_turn_ids",
-    "backend", "degraded",
-)
-TURN_COLUMNS = ("conversation_id", "turn_id", "turn_idx", "session_id", "speaker", "role", "text", "timestamp")
-MAX_KNOWN_ENTITIES = 200  # the planner's known-entity list, most linked first (as evaluate's PlanStage)
+# What `records()` and `turns()` return: the columns queries expose (`tables`), no embedding.
+RECORD_COLUMNS = tuple(Record.column_names(query=True))
+TURN_COLUMNS = tuple(Turn.column_names(query=True))
 ANSWER_BENCHMARKS = ("locomo", "longmemeval")  # a conversation from these gets its benchmark's answer prompt
 
 
@@ -86,6 +79,8 @@ class MemoryItem:
     kind: str  # "record" | "turn"
     key: str  # record_id, or "turn:<turn_id>"
     said: str | None = None  # the day it was said (a record's stated_at, a turn's day)
+    # the whole stored record (every column, its vector included); None for a raw turn
+    record: Record | None = field(default=None, compare=False, repr=False)
 
     def prompt_item(self) -> EvidenceItem:
         """This item as the answer prompt shows it."""
@@ -120,15 +115,12 @@ class MemoryAnswer:
 class Memory:
     """A read-only memory store, ready to search and answer. Build it with `Memory.open`."""
 
-    def __init__(self, cfg: LycheeConfig, store: Store, embedder: Embedder | None = None, reranker=None):
+    def __init__(self, cfg: LycheeConfig, store: Store, embedder=None, reranker=None):
         self.cfg = cfg
         self._store = store
-        self._embedder = embedder
-        self._reranker = reranker
-        self._retriever: Retriever | None = None
+        self._engine = QueryEngine(cfg, store, embedder, reranker)
         self._known = store.conversation_ids()
         self._known_set = set(self._known)
-        self._entities: dict[str, list[str]] = {}
         self._asked_at: dict[str, str | None] = {}
         self._benchmark: dict[str, str] = {}
 
@@ -145,10 +137,7 @@ class Memory:
         """
         cfg = _config(config)
         if cfg.llm.backend == "openai":
-            try:
-                LLMClient(cfg.llm)  # fail here, not at the first question, when no key is set
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
+            cfg.llm.api_key("llm")  # no key: one sentence here, not at the first question
         store = open_store(str(store_uri), cfg)
         try:
             return cls(cfg, store)
@@ -161,7 +150,6 @@ class Memory:
             drop_cache(self._store)  # the in-memory conversations go with the store
             self._store.close()
             self._store = None
-            self._retriever = None
 
     def __enter__(self) -> Self:
         return self
@@ -196,11 +184,11 @@ class Memory:
             raise QueryError(f"the question {query!r} has no words to search for.")
         self._check(conversation_id)
         asked_at = self._question_date(conversation_id)
-        client = self._client()
-        planner = Planner(self.cfg, client)
+        engine = self._engine
+        client = engine.new_client()
         tag = f"memory/{conversation_id}"
-        out: Outcome = _run_sync(planner.plan(query, asked_at, self._known_entities(conversation_id), tag), client)
-        retrieval = self._get_retriever().retrieve(conversation_id, out.value, query, budget=budget_tokens)
+        out: Outcome = _run_sync(engine.planner(client).plan(query, asked_at, engine.known_entities(conversation_id), tag), client)
+        retrieval = engine.retriever.retrieve(conversation_id, out.value, query, budget=budget_tokens)
         scores = dict(retrieval.fused)
         items = [_item(e, scores.get(e.key, 0.0)) for e in retrieval.selected]
         errors = [f"plan: {out.error}"] if out.error else []
@@ -211,8 +199,8 @@ class Memory:
         `llm.backend: openai`; extractive under rules). An LLM failure never raises: the rules
         fallback answers and `errors` says what failed."""
         found = self.recall(conversation_id, question, budget_tokens)
-        client = self._client()
-        answerer = Answerer(self.cfg, client)
+        client = self._engine.new_client()
+        answerer = self._engine.answerer(client)
         evidence = [item.prompt_item() for item in found.items]  # as evaluate's RetrieveStage
         tag = f"memory/{conversation_id}"
         out: Outcome = _run_sync(
@@ -233,8 +221,9 @@ class Memory:
 
         `type`: one record type (fact, preference, event, ...). `since` / `until`: dates (ISO
         strings, `date`s or `datetime`s; "2023-06" means its first day for `since` and its last
-        for `until`) that keep the records whose [time_start, time_end] overlaps the window;
-        records with no time are left out when either is given."""
+        for `until`) that keep the records in the window by retrieval's one rule: a record whose
+        [time_start, time_end] overlaps it, or, when it states no time, one of whose source turns
+        was said in it."""
         self._check(conversation_id)
         return select_records(self.store, conversation_id, type=type, since=since, until=until)
 
@@ -249,26 +238,6 @@ class Memory:
         store = self.store  # a closed Memory says so
         if conversation_id not in self._known_set:
             raise StoreError(unknown_conversation(conversation_id, store.path, self._known))
-
-    def _get_retriever(self) -> Retriever:
-        """The evaluate Retriever over this store; its models load on first use, once."""
-        if self._retriever is None:
-            if self._embedder is None:
-                self._embedder = Embedder(self.cfg.embedding)
-            if self._reranker is None and self.cfg.retrieval.rerank.enabled:
-                self._reranker = CrossEncoderReranker(self.cfg.retrieval.rerank)
-            count = token_counter(self.cfg.tokenizer_spec).count
-            self._retriever = Retriever(self.store, self.cfg.retrieval, self._embedder.encode, self._reranker, count)
-        return self._retriever
-
-    def _client(self) -> LLMClient | None:
-        """A fresh client per LLM step (its HTTP pool lives and dies on that step's loop)."""
-        return LLMClient(self.cfg.llm) if self.cfg.llm.backend == "openai" else None
-
-    def _known_entities(self, conversation_id: str) -> list[str]:
-        if conversation_id not in self._entities:
-            self._entities[conversation_id] = entity_names(self.store, conversation_id)[:MAX_KNOWN_ENTITIES]
-        return self._entities[conversation_id]
 
     def _question_date(self, conversation_id: str) -> str | None:
         """Asked now, i.e. after the conversation: relative dates ("in June") resolve against
@@ -302,14 +271,18 @@ def select_records(store: Store, conversation_id: str, type: str | None = None, 
     start, end = _bound_date(since, "since", end=False), _bound_date(until, "until", end=True)
     if start is not None and end is not None and start > end:
         raise ValueError(f"since ({start}) is after until ({end})")
-    params = {"cid": conversation_id, "type": type, "s": start, "e": end}
+    windowed = start is not None or end is not None
+    in_window: list[str] = []
+    if windowed:  # the window rule of retrieval, over the conversation retrieval loads
+        conv = cache_for(store).get(store, conversation_id)
+        in_window = [conv.records.ids[i] for i in conv.records_in_window(start, end)]
+    params = {"cid": conversation_id, "type": type, "windowed": windowed, "ids": in_window or [""]}
     columns = ", ".join(f'r."{c}"' for c in RECORD_COLUMNS)
     query = f"""
         SELECT {columns} FROM records r
         WHERE r.conversation_id = $cid
           AND ($type::VARCHAR IS NULL OR r.type = $type::VARCHAR)
-          AND ($s::DATE IS NULL OR coalesce(r.time_end, r.time_start) >= $s::DATE)
-          AND ($e::DATE IS NULL OR coalesce(r.time_start, r.time_end) <= $e::DATE)
+          AND (NOT $windowed OR list_contains($ids, r.record_id))
         ORDER BY r.segment_id, r.record_id
     """
     return store.con.sql(query, params=params).to_arrow_table()
@@ -374,4 +347,5 @@ def _item(e: Evidence, score: float) -> MemoryItem:
         kind=e.kind,
         key=e.key,
         said=e.said,
+        record=e.row if e.kind == "record" else None,
     )

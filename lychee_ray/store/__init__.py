@@ -20,5 +20,6 @@ The commit marker is written last, so a batch without one never happened: reader
 files that a commit lists (writer.py has the whole commit protocol, reader.py how the views read).
 
 Modules: `manifest` (manifest, commit markers, what readers see), `rows` (Conversation -> table
-rows), `writer`, `reader`, and `search` (BM25 and name normalization, with no DuckDB extension).
+rows), `writer`, `reader`, `stored_state` (what a grown conversation resumes from) and `search`
+(BM25, with no DuckDB extension).
 """

@@ -1,5 +1,5 @@
-"""Text search without DuckDB extensions: BM25 over one conversation's rows, and the SQL macro
-that normalizes node and query names alike.
+"""BM25 without DuckDB extensions: one index over one conversation's turn texts, built when
+retrieval loads the conversation (query/conversation.py), and its ranking rule (`bm25_order`).
 
 Extensions (checked on this machine, duckdb 2.0.1, no internet except PyPI):
 - ``INSTALL fts`` / ``INSTALL vss`` fail: the download from the extension repository is refused.
@@ -8,10 +8,8 @@ Extensions (checked on this machine, duckdb 2.0.1, no internet except PyPI):
   ``allow_unsigned_extensions``, LOAD refuses each one ("built specifically for DuckDB version
   v1.4.4 / v1.5.5"); with ``allow_extensions_metadata_mismatch`` as well, fts 1.4.4 fails in its
   init function, vss 1.4.4 and fts 1.5.5 segfault the process, and vss 1.5.5 hangs.
-- So BM25 uses `bm25s` (pinned, pure numpy): one index per (table, conversation) built on first
-  use from that conversation's rows (the `Store` in reader.py keeps them in a small LRU; the
-  in-memory engine, query/cache.py, keeps one per cached conversation and ranks with
-  `bm25_order`, the same rule), and vector search is plain ``array_cosine_similarity`` (reader.py).
+- So BM25 uses `bm25s` (pinned, pure numpy), and vector similarity is numpy over the loaded
+  conversation's vectors.
 """
 
 from __future__ import annotations
@@ -57,7 +55,7 @@ def build_bm25(rows: list[dict], text_key: str) -> Bm25Index:
 
 def bm25_order(index: Bm25Index, query_text: str, k: int) -> list[tuple[int, float]]:
     """(row position, score) of the top-k rows sharing a query term, best first, ties in stored
-    order: the rule `Store.bm25_topk` applies, for callers that keep their own index."""
+    order."""
     terms = tokenize(query_text)
     if index.model is None or not terms or k <= 0:
         return []

@@ -1,26 +1,23 @@
-"""Retrieval in memory: a conversation's rows are read from the store once, then every channel
-runs as numpy over them (the `cache` engine of `Retriever`, the default).
+"""One conversation in memory: what retrieval ranks, loaded from the store once.
 
-Why: over DuckDB each route x channel is its own query over Parquet (about ten per question),
-which costs 150-300 ms a question; one conversation is a few thousand rows of 384 floats, which
-numpy ranks in well under a millisecond. So the first question of a conversation loads its
-turns, records, nodes and record_nodes with four queries (`Store.conversation_arrow`) into a
-`Conversation`: ids, texts and times as Python lists / numpy arrays, the vectors of each table as
-one contiguous float32 matrix, and the turns' BM25 index (search.py's, same tokenisation). Later
-questions touch no SQL. DuckDB stays the store and the SQL interface.
+Over DuckDB each route x channel would be its own query over Parquet (about ten per question,
+150-300 ms a question); one conversation is a few thousand rows of 384 floats, which numpy ranks
+in well under a millisecond. So the first question of a conversation loads its turns, records,
+nodes and record_nodes with four queries (`Store.conversation_arrow`) into a
+`LoadedConversation`: the query-exposed columns of each table (as the declarations in
+`lychee_ray.tables` name them) as Python lists, its vectors as one contiguous float32 matrix, the
+turns' BM25 index (store/search.py), and the indexes the channels (channels.py) look up: time
+windows, record coverage of turns, node names and links. Later questions touch no SQL.
 
-Every lookup reproduces the `Store` query it replaces, row for row and in the same order:
-`top` is `vector_topk` (cosine, ties by id, rows without a vector skipped), `records_in_window`
-/ `turn_mask` are `records_in_window` / `turns_in_window`, `match_nodes` / `node_records` /
-`covering` are `match_nodes` / `node_records` / `records_for_turns`, and `bm25` is `bm25_topk`.
-tests/test_retrieve_cache.py compares both engines question by question.
+The time-window rule lives here once (`window_mask` and `LoadedConversation.records_in_window`):
+a record is in a window when its normalized time overlaps it, or, when it states no time, when
+one of its source turns was said in it. Retrieval and `Memory.records` both use it.
 
 Staleness: a `Store` is a snapshot (its views read the files committed when it was opened), and
 a cache belongs to one `Store` object (`cache_for`), keyed by conversation id within it. A
-re-ingested store is opened anew, so it gets a new, empty cache: nothing is served stale, and
-an old `Store` keeps answering from its own snapshot, like its SQL views do.
+re-ingested store is opened anew, so it gets a new, empty cache: nothing is served stale.
 
-Memory: `Conversation.nbytes` counts the numpy buffers exactly and Python strings/lists by
+Memory: `LoadedConversation.nbytes` counts the numpy buffers exactly and Python strings/lists by
 `sys.getsizeof` (an estimate of the heap they hold); the LRU evicts least recently used
 conversations while the total exceeds `retrieval.cache_mb`. A single conversation larger than
 the bound is still served (then evicted by the next load).
@@ -28,6 +25,7 @@ the bound is still served (then evicted by the next load).
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import weakref
 from collections import OrderedDict
@@ -36,27 +34,26 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from lychee_ray.config import RetrievalConfig
+from lychee_ray.config_sections import RetrievalConfig
+from lychee_ray.dates import parse_iso_date
 from lychee_ray.names import normalize_name
 from lychee_ray.store.reader import Store
 from lychee_ray.store.search import Bm25Index, bm25_order, build_bm25
-
-# Columns each table needs for retrieval and for building evidence (see retrieve.py's
-# `_record_evidence` / `_turn_evidence`); the embedding is read only where the table has one.
-TURN_COLUMNS = ("turn_id", "speaker", "text", "timestamp")
-RECORD_COLUMNS = ("record_id", "type", "text", "entities", "time_start", "time_end", "stated_at", "source_turn_ids")
-NODE_COLUMNS = ("node_id", "name", "n_records")
+from lychee_ray.table_model import Row
+from lychee_ray.tables import Node, Record, Turn
 
 
-class Rows:
-    """One conversation's rows of one table: columns as Python lists, the rows that have a vector
-    as one float32 matrix (`matrix[vec_pos[i]]` is row i's vector; -1: none)."""
+class TableRows:
+    """One conversation's rows of one table: its query-exposed columns as Python lists, the rows
+    that have a vector as one float32 matrix (`matrix[vec_pos[i]]` is row i's vector; -1: none),
+    and each row as its declared type on demand (`row(i)`)."""
 
-    def __init__(self, data: pa.Table, id_col: str, dim: int):
+    def __init__(self, data: pa.Table, row_type: type[Row], dim: int):
+        self.row_type = row_type
         self.n = data.num_rows
         self.cols = {name: data.column(name).to_pylist() for name in data.column_names if name != "embedding"}
-        self.ids: list[str] = self.cols[id_col]
-        # ORDER BY id breaks score ties in SQL; Python's str order is DuckDB's (code points = UTF-8 bytes)
+        self.ids: list[str] = self.cols[row_type.KEY[-1]]
+        # ties are broken by id, in Python's str order (code points, as DuckDB orders UTF-8)
         self.id_rank = np.empty(self.n, np.int64)
         self.id_rank[sorted(range(self.n), key=self.ids.__getitem__)] = np.arange(self.n)
         self.vec_rows, self.matrix = _vectors(data, dim)
@@ -64,9 +61,19 @@ class Rows:
         self.vec_pos[self.vec_rows] = np.arange(len(self.vec_rows))
         self.norms = np.linalg.norm(self.matrix, axis=1)
         self.matrix.setflags(write=False)  # evidence embeddings are views of it: nobody may write them
+        self._rows: dict[int, Row] = {}
+        self._as_text = {name for name in self.cols if _is_time(data.schema.field(name).type)}
 
     def vector(self, i: int) -> np.ndarray | None:
         return self.matrix[self.vec_pos[i]] if self.vec_pos[i] >= 0 else None
+
+    def row(self, i: int) -> Row:
+        """Row i as its declared type, its vector a view of `matrix` (made once, then kept)."""
+        row = self._rows.get(i)
+        if row is None:
+            values = {c: (v[i].isoformat() if c in self._as_text and v[i] is not None else v[i]) for c, v in self.cols.items()}
+            row = self._rows[i] = self.row_type(**values, embedding=self.vector(i))
+        return row
 
     def cosine(self, queries: np.ndarray) -> np.ndarray:
         """[routes, rows with a vector]: cosine similarity, one matrix product for all routes."""
@@ -92,19 +99,56 @@ class Rows:
         order = np.lexsort((self.id_rank[rows], -scores))[:k]
         return rows[order].tolist()
 
+    def rank_by_vector(self, positions: Sequence[int], query: np.ndarray) -> list[int]:
+        """`positions` (unique) by dot product with `query` (unit vectors: the cosine), best first, ties
+        in the given order; a row without a vector ranks last."""
+        if not positions:
+            return []
+        idx = np.asarray(positions, np.int64)
+        pos = self.vec_pos[idx]
+        sims = np.full(len(idx), -np.inf, dtype=np.result_type(np.float32, query))
+        has = pos >= 0
+        sims[has] = self.matrix[pos[has]] @ query
+        return [positions[i] for i in sorted(range(len(positions)), key=lambda i: (-sims[i], i))]
+
     @property
     def nbytes(self) -> int:
         arrays = self.matrix.nbytes + self.vec_rows.nbytes + self.vec_pos.nbytes + self.id_rank.nbytes + self.norms.nbytes
         return arrays + sum(_py_bytes(col) for col in self.cols.values())
 
 
-class Conversation:
+def window_mask(lo: np.ndarray, hi: np.ndarray, start: dt.date | None, end: dt.date | None) -> np.ndarray:
+    """The one window rule: [lo, hi] (datetime64[D], NaT where none) overlaps [start, end]
+    (inclusive, either open); NaT never overlaps."""
+    mask = ~np.isnat(lo)
+    if end is not None:
+        mask &= lo <= np.datetime64(end, "D")
+    if start is not None:
+        mask &= hi >= np.datetime64(start, "D")
+    return mask
+
+
+def window_dates(start=None, end=None) -> tuple[dt.date | None, dt.date | None]:
+    """A window's bounds as dates (ISO text, a `date` or a `datetime`); one sentence when not."""
+    return _as_date(start, "start"), _as_date(end, "end")
+
+
+def _as_date(value, name: str) -> dt.date | None:
+    if value is None:
+        return None
+    d = parse_iso_date(value)
+    if d is None:
+        raise ValueError(f"{name} must be an ISO date (YYYY-MM-DD), got {value!r}")
+    return d
+
+
+class LoadedConversation:
     """What retrieval reads of one conversation, in memory (see the module docstring)."""
 
     def __init__(self, turns: pa.Table, records: pa.Table, nodes: pa.Table, edges: pa.Table, dim: int):
-        self.turns = Rows(turns, "turn_id", dim)
-        self.records = Rows(records, "record_id", dim)
-        self.nodes = Rows(nodes, "node_id", dim)
+        self.turns = TableRows(turns, Turn, dim)
+        self.records = TableRows(records, Record, dim)
+        self.nodes = TableRows(nodes, Node, dim)
         self.dim = dim
         self._index_turns(turns)
         self._index_records(records)
@@ -113,18 +157,16 @@ class Conversation:
         self._tokens: dict = {}  # token counter -> {evidence key: tokens of its prompt line}
 
     @classmethod
-    def load(cls, store: Store, conversation_id: str) -> "Conversation":
+    def load(cls, store: Store, conversation_id: str) -> "LoadedConversation":
         """Four queries: the conversation's turns (turn order, as BM25 indexes them), records
-        (record_id order, as `records_for_turns` lists them), nodes and record_nodes."""
-        def read(table, cols, order):
-            have = store.columns(table)
-            cols = [c for c in cols if c in have] + (["embedding"] if "embedding" in have else [])
-            return store.conversation_arrow(table, conversation_id, cols, order)
+        (record_id order), nodes and record_nodes; the columns queries expose, and the vectors."""
+        def read(row_type: type[Row], order: list[str]):
+            return store.conversation_arrow(row_type.TABLE, conversation_id, row_type.column_names(query=True) + ["embedding"], order)
 
         return cls(
-            read("turns", TURN_COLUMNS, ["turn_idx"]),
-            read("records", RECORD_COLUMNS, ["record_id"]),
-            read("nodes", NODE_COLUMNS, ["node_id"]),
+            read(Turn, ["turn_idx"]),
+            read(Record, ["record_id"]),
+            read(Node, ["node_id"]),
             store.conversation_arrow("record_nodes", conversation_id, ["record_id", "node_id"]),
             store.dim,
         )
@@ -142,7 +184,6 @@ class Conversation:
         start, end = _days(records.column("time_start")), _days(records.column("time_end"))
         self.rec_lo = np.where(np.isnat(start), end, start)  # coalesce(time_start, time_end)
         self.rec_hi = np.where(np.isnat(end), start, end)  # coalesce(time_end, time_start)
-        self.rec_timed = ~np.isnat(self.rec_lo)
         pairs_rec, pairs_day = [], []
         self.cover: dict[str, list[int]] = {}
         for i, tids in enumerate(self.records.cols["source_turn_ids"]):
@@ -158,8 +199,7 @@ class Conversation:
 
     def _index_nodes(self, edges: pa.Table) -> None:
         """Normalised name -> nodes; the match order (n_records desc, nulls last, node_id); node
-        id -> its records (edges to records not in this conversation's records are dropped, as
-        the join drops them)."""
+        id -> its records (edges to records not in this conversation's records are dropped)."""
         self.by_name: dict[str, list[int]] = {}
         for i, name in enumerate(self.nodes.cols["name"]):
             if name is not None:
@@ -175,23 +215,15 @@ class Conversation:
                 linked.setdefault(nid, []).append(rec_pos[rid])
         self.node_links = {nid: np.array(pos, np.int64) for nid, pos in linked.items()}
 
-    # ---- the store's queries, in memory ------------------------------------------------------
+    # ---- lookups the channels use ------------------------------------------------------------
     def records_in_window(self, start, end) -> list[int]:
-        """`Store.records_in_window`: timed records overlapping [start, end], untimed ones with a
-        source turn said in it; by (date, record_id)."""
-        s, e = _day_bounds(start, end)
-        timed = self.rec_timed.copy()
-        if e is not None:
-            timed &= self.rec_lo <= e
-        if s is not None:
-            timed &= self.rec_hi >= s
+        """Records in the window by the one rule (module docstring), by (date, record_id): a timed
+        record's date is its start, an untimed one's its first source turn said in the window."""
+        s, e = window_dates(start, end)
+        timed = window_mask(self.rec_lo, self.rec_hi, s, e)
         idx, day = np.flatnonzero(timed), self.rec_lo[timed]
-        in_win = np.ones(len(self.untimed_rec), bool)
-        if s is not None:
-            in_win &= self.untimed_day >= s
-        if e is not None:
-            in_win &= self.untimed_day <= e
-        u_rec, u_day = self.untimed_rec[in_win], self.untimed_day[in_win]
+        said = window_mask(self.untimed_day, self.untimed_day, s, e)
+        u_rec, u_day = self.untimed_rec[said], self.untimed_day[said]
         if len(u_rec):  # each untimed record's first in-window day
             order = np.lexsort((u_day, u_rec))
             u_rec, u_day = u_rec[order], u_day[order]
@@ -200,22 +232,17 @@ class Conversation:
         return idx[np.lexsort((self.records.id_rank[idx], day))].tolist()
 
     def turn_mask(self, start, end) -> np.ndarray:
-        """`Store.turns_in_window` as a mask over the turns."""
-        s, e = _day_bounds(start, end)
-        mask = ~np.isnat(self.turn_day)
-        if s is not None:
-            mask &= self.turn_day >= s
-        if e is not None:
-            mask &= self.turn_day <= e
-        return mask
+        """The turns said in the window, as a mask."""
+        s, e = window_dates(start, end)
+        return window_mask(self.turn_day, self.turn_day, s, e)
 
     def match_nodes(self, names: Iterable[str]) -> list[int]:
-        """`Store.match_nodes`: nodes whose normalised name is a normalised query name."""
+        """Nodes whose normalised name is a normalised query name, most linked first."""
         hits = {i for n in names if n for i in self.by_name.get(normalize_name(n), ())}
         return sorted(hits, key=self.match_rank.__getitem__)
 
     def node_records(self, node_ids: Sequence[str]) -> list[int]:
-        """`Store.node_records`: records linked to any of the nodes, most links first, then id."""
+        """Records linked to any of the nodes, most links first, then id."""
         parts = [self.node_links[n] for n in dict.fromkeys(node_ids) if n in self.node_links]
         if not parts:
             return []
@@ -227,19 +254,8 @@ class Conversation:
         return self.cover.get(turn_id, [])
 
     def bm25(self, query_text: str, k: int) -> list[int]:
-        """`Store.bm25_topk` over the turns: positions of the top-k sharing a query term."""
+        """Positions of the top-k turns sharing a query term, by BM25."""
         return [i for i, _ in bm25_order(self.bm25_index, query_text, k)]
-
-    # ---- rows as the store returns them (for evidence) ---------------------------------------
-    def record_row(self, i: int) -> dict:
-        row = {c: v[i] for c, v in self.records.cols.items()}
-        row["embedding"] = self.records.vector(i)
-        return row
-
-    def turn_row(self, i: int) -> dict:
-        row = {c: v[i] for c, v in self.turns.cols.items()}
-        row["embedding"] = self.turns.vector(i)
-        return row
 
     def token_memo(self, counter) -> dict[str, int]:
         """What `counter` charged for each evidence line of this conversation so far: a line is
@@ -247,7 +263,7 @@ class Conversation:
         return self._tokens.setdefault(counter, {})
 
     def check_queries(self, queries) -> np.ndarray:
-        """The query vectors as float32 [routes, dim], with the errors `Store.vector_topk` gives."""
+        """The query vectors as float32 [routes, dim]; one sentence for a wrong width or NaN."""
         q = np.asarray(queries, dtype=np.float32)
         q = q.reshape(1, -1) if q.ndim == 1 else q
         if q.shape[1] != self.dim:
@@ -258,7 +274,7 @@ class Conversation:
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.turn_day, self.rec_lo, self.rec_hi, self.rec_timed, self.untimed_rec, self.untimed_day,
+        arrays = (self.turn_day, self.rec_lo, self.rec_hi, self.untimed_rec, self.untimed_day,
                   self.match_rank, *self.node_links.values())
         index = sum(a.nbytes for a in arrays) + _py_bytes(self.cover) + _py_bytes(self.by_name) + _py_bytes(self.turn_pos)
         return self.turns.nbytes + self.records.nbytes + self.nodes.nbytes + index + _bm25_bytes(self.bm25_index)
@@ -269,16 +285,16 @@ class ConversationCache:
 
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
-        self._items: OrderedDict[str, Conversation] = OrderedDict()
+        self._items: OrderedDict[str, LoadedConversation] = OrderedDict()
         self.nbytes = 0
         self.loads = 0  # conversations loaded so far (a reload after eviction counts again)
 
-    def get(self, store: Store, conversation_id: str) -> Conversation:
+    def get(self, store: Store, conversation_id: str) -> LoadedConversation:
         conv = self._items.get(conversation_id)
         if conv is not None:
             self._items.move_to_end(conversation_id)
             return conv
-        conv = Conversation.load(store, conversation_id)
+        conv = LoadedConversation.load(store, conversation_id)
         self.loads += 1
         self._items[conversation_id] = conv
         self.nbytes += conv.nbytes
@@ -345,6 +361,10 @@ def _vectors(data: pa.Table, dim: int) -> tuple[np.ndarray, np.ndarray]:
     return rows.astype(np.int64), np.ascontiguousarray(mat[rows])
 
 
+def _is_time(data_type: pa.DataType) -> bool:
+    return pa.types.is_date(data_type) or pa.types.is_timestamp(data_type)
+
+
 def _days(col: pa.ChunkedArray) -> np.ndarray:
     """A DATE or TIMESTAMP column as datetime64[D] (NaT for NULL); timestamps floor to their
     day, as CAST(ts AS DATE) does."""
@@ -352,11 +372,6 @@ def _days(col: pa.ChunkedArray) -> np.ndarray:
     if len(arr) == 0:
         return np.zeros(0, "datetime64[D]")
     return arr.to_numpy(zero_copy_only=False).astype("datetime64[D]")
-
-
-def _day_bounds(start, end) -> tuple[np.datetime64 | None, np.datetime64 | None]:
-    s, e = Store.window_dates(start, end)
-    return (None if s is None else np.datetime64(s, "D")), (None if e is None else np.datetime64(e, "D"))
 
 
 def _py_bytes(obj) -> int:

@@ -1,0 +1,157 @@
+"""Retrieval channels: each a small registered unit that ranks evidence for one route.
+
+A channel gets a `RouteQuery` (the loaded conversation, the route, its query vector, this
+route's cosine to every row of the tables the channel declares, the time-window scope) and
+returns a ranking of evidence keys, adding its candidates to the question's `CandidatePool`. The
+config names which channels run (`retrieval.channels`); they run in registration order, route by
+route, and each ranking goes to fusion as "r<route>:<channel>".
+
+Adding a channel: a subclass with a `name`, the `tables` whose cosines it reads, and `rank`,
+decorated with `@register`; then name it in `retrieval.channels`.
+
+The built-in ones (DESIGN.md step 6):
+- record_vector: records nearest to the route's query vector;
+- node: evidence nodes matched by name (the route's entities and topics) or by vector, expanded
+  to their records, ranked by similarity to the query;
+- time: records in the route's time window (the rule in conversation.py), by similarity;
+- turn_vector / turn_bm25: raw turns by vector and by BM25, each hit mapped to the records that
+  cite it (a turn no record covers stays as raw evidence). "turn" names both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from lychee_ray.config_sections import RetrievalConfig
+from lychee_ray.query.conversation import LoadedConversation
+from lychee_ray.query.evidence import CandidatePool
+from lychee_ray.schemas import Route
+
+
+@dataclass
+class WindowScope:
+    """Under `retrieval.time_routes: filter`, what a windowed route may return: masks over the
+    loaded conversation's records and turns."""
+
+    records: np.ndarray
+    turns: np.ndarray
+
+
+@dataclass
+class RouteQuery:
+    conv: LoadedConversation
+    route: Route
+    vector: np.ndarray  # the route's query vector (unit length)
+    sims: dict[str, np.ndarray]  # table -> this route's cosine to each row that has a vector
+    window: tuple[str | None, str | None] | None  # the route's time window, when it has one
+    scope: WindowScope | None
+    k: int  # top_k_per_channel
+
+
+def route_text(route: Route) -> str:
+    """What a route searches with: its goal and the search terms the goal does not contain."""
+    terms = " ".join(t for t in route.search_terms if t.lower() not in route.goal.lower())
+    return f"{route.goal} {terms}".strip()
+
+
+class Channel:
+    name: ClassVar[str]
+    tables: ClassVar[tuple[str, ...]] = ()  # tables whose cosine to the route vector `rank` reads
+
+    def __init__(self, cfg: RetrievalConfig):
+        self.cfg = cfg
+
+    def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
+        raise NotImplementedError
+
+
+CHANNELS: dict[str, type[Channel]] = {}
+# config names that stand for several channels
+CHANNEL_GROUPS: dict[str, tuple[str, ...]] = {"turn": ("turn_vector", "turn_bm25")}
+
+
+def register(cls: type[Channel]) -> type[Channel]:
+    CHANNELS[cls.name] = cls
+    return cls
+
+
+def channels_for(cfg: RetrievalConfig) -> list[Channel]:
+    """The configured channels, in registration order (the order rankings reach fusion, whose
+    ties go to first appearance); an unknown name is one sentence naming the known ones."""
+    names: set[str] = set()
+    for name in cfg.channels:
+        if name not in CHANNELS and name not in CHANNEL_GROUPS:
+            raise ValueError(f"retrieval.channels: unknown channel {name!r}; known: {', '.join([*CHANNELS, *CHANNEL_GROUPS])}")
+        names.update(CHANNEL_GROUPS.get(name, (name,)))
+    return [cls(cfg) for name, cls in CHANNELS.items() if name in names]
+
+
+@register
+class RecordVectorChannel(Channel):
+    name = "record_vector"
+    tables = ("records",)
+
+    def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
+        allowed = q.scope.records if q.scope else None
+        return pool.add_records(q.conv.records.top(q.sims["records"], q.k, allowed))
+
+
+@register
+class NodeChannel(Channel):
+    name = "node"
+    tables = ("nodes",)
+
+    def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
+        conv, most = q.conv, self.cfg.max_node_matches
+        names = list(dict.fromkeys([*q.route.entities, *q.route.topics]))
+        matched = conv.match_nodes(names) if names else []
+        by_vector = conv.nodes.top(q.sims["nodes"], most)
+        ids = conv.nodes.ids
+        node_ids = list(dict.fromkeys([ids[i] for i in matched] + [ids[i] for i in by_vector]))[: most * 2]
+        if not node_ids:
+            return []
+        rows = conv.node_records(node_ids)
+        if q.scope:
+            rows = [i for i in rows if q.scope.records[i]]
+        return pool.add_records(conv.records.rank_by_vector(rows, q.vector)[: q.k])
+
+
+@register
+class TimeChannel(Channel):
+    name = "time"
+
+    def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
+        if not q.window:
+            return []
+        return pool.add_records(q.conv.records.rank_by_vector(q.conv.records_in_window(*q.window), q.vector)[: q.k])
+
+
+@register
+class TurnVectorChannel(Channel):
+    name = "turn_vector"
+    tables = ("turns",)
+
+    def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
+        hits = q.conv.turns.top(q.sims["turns"], q.k, q.scope.turns if q.scope else None)
+        return pool.add_turn_hits(hits, q.scope.records if q.scope else None)
+
+
+@register
+class TurnBm25Channel(Channel):
+    name = "turn_bm25"
+
+    def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
+        if q.scope is None:
+            hits = q.conv.bm25(route_text(q.route), q.k)
+        else:  # rank everything, keep the k best in the window
+            hits = [t for t in q.conv.bm25(route_text(q.route), 10**6) if q.scope.turns[t]][: q.k]
+        return pool.add_turn_hits(hits, q.scope.records if q.scope else None)
+
+
+def tables_read(channels: Iterable[Channel]) -> list[str]:
+    """The tables whose cosines the channels read, once each."""
+    return list(dict.fromkeys(t for ch in channels for t in ch.tables))

@@ -1,0 +1,187 @@
+"""The retrieval engine's parts on a small synthetic store: a conversation loaded into memory
+(query/conversation.py) ranks like numpy brute force, the one time-window rule, node and turn
+lookups, BM25, and each registered channel (query/channels.py) on hand-checked cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lychee_ray.config_sections import RetrievalConfig
+from lychee_ray.query.channels import CHANNEL_GROUPS, CHANNELS, Channel, RouteQuery, WindowScope, channels_for, register
+from lychee_ray.query.conversation import LoadedConversation, cache_for
+from lychee_ray.query.evidence import TURN_PREFIX, CandidatePool
+from lychee_ray.query.retrieve import Retriever
+from lychee_ray.schemas import QueryPlan, Route, TimeWindow
+from lychee_ray.tables import INGEST_TABLES
+
+from .support.small_store import CONVS, DIM, INJECT, store, store_dir  # noqa: F401  (fixtures)
+
+
+def load(store, cid: str) -> LoadedConversation:
+    return LoadedConversation.load(store, cid)
+
+
+def ids_of(rows, positions) -> list[str]:
+    return [rows.ids[i] for i in positions]
+
+
+# ---------------------------------------------------------------------------- the loaded conversation
+@pytest.mark.parametrize("table,emb_attr,id_of", [
+    ("records", "record_embeddings", lambda c: [r.record_id for r in c.records]),
+    ("turns", "turn_embeddings", lambda c: [t.turn_id for t in c.turns]),
+    ("nodes", "node_embeddings", lambda c: [n.node_id for n in c.nodes]),
+])
+def test_top_equals_numpy_bruteforce(store, table, emb_attr, id_of):
+    rng = np.random.default_rng(42)
+    for cid, conv in CONVS.items():
+        rows = getattr(load(store, cid), table)
+        for _ in range(3):
+            q = rng.standard_normal(DIM).astype(np.float32)
+            emb = getattr(conv, emb_attr)
+            sims = emb @ q / (np.linalg.norm(emb, axis=1) * np.linalg.norm(q))
+            order = np.argsort(-sims, kind="stable")[:5]
+            cos = rows.cosine(q[None, :])[0]
+            got = rows.top(cos, 5)
+            assert ids_of(rows, got) == [id_of(conv)[i] for i in order]
+            np.testing.assert_allclose(cos[rows.vec_pos[got]], sims[order], rtol=1e-5, atol=1e-6)
+
+
+def test_top_keeps_only_allowed_rows_and_checks_the_query(store):
+    conv = load(store, "c1")
+    q = conv.check_queries(CONVS["c1"].record_embeddings[0])
+    allowed = np.array(["Melanie" in e for e in conv.records.cols["entities"]])
+    got = conv.records.top(conv.records.cosine(q)[0], 10, allowed)
+    assert got and all("Melanie" in conv.records.row(i).entities for i in got)
+    assert len(got) == int(allowed.sum())
+    with pytest.raises(ValueError, match="values"):
+        conv.check_queries(np.ones(DIM + 1))
+    with pytest.raises(ValueError, match="NaN"):
+        conv.check_queries(np.full(DIM, np.nan))
+
+
+def test_a_loaded_conversation_holds_only_its_own_rows_as_declared_types(store):
+    conv, src = load(store, "c2"), CONVS["c2"]
+    assert conv.turns.ids == [t.turn_id for t in src.turns]  # turn order
+    assert sorted(conv.records.ids) == conv.records.ids == sorted(r.record_id for r in src.records)
+    assert {conv.records.row(i).conversation_id for i in range(conv.records.n)} == {"c2"}
+    rec = conv.records.row(conv.records.ids.index("c2:r01"))
+    assert (rec.time_start, rec.time_end, rec.stated_at) == ("2023-05-20", "2023-05-27", "2023-05-01")
+    assert conv.turns.row(0).timestamp == "2023-05-01T10:00:00"
+    assert conv.records.row(0) is conv.records.row(0)  # made once
+    np.testing.assert_array_equal(np.stack([conv.turns.row(i).embedding for i in range(12)]), src.turn_embeddings)
+    assert [conv.records.ids[i] for i in conv.covering("D2:8")] == ["c2:r06"]
+
+
+def test_bm25_ranks_exact_term_match_first(store):
+    conv = load(store, "c1")
+    assert ids_of(conv.turns, conv.bm25("When is the trip to Zanzibar?", 5))[0] == CONVS["c1"].turns[7].turn_id
+    assert load(store, "c2").bm25("zanzibar", 5) == []  # planted only in c1
+    assert conv.bm25("the what of", 5) == []  # stopwords only
+
+
+def test_the_one_window_rule(store):
+    conv = load(store, "c1")
+    in_window = lambda s, e: ids_of(conv.records, conv.records_in_window(s, e))  # noqa: E731
+    # r01 spans May 20-27; r02 is all of June; r03/r04 have no time and source turns on May 1.
+    assert in_window("2023-05-15", "2023-05-31") == ["c1:r01"]
+    # r02 (June, from the 1st), r06 (no time, said June 10), r07 (June 10): by date, then id
+    assert in_window("2023-06-05", "2023-06-30") == ["c1:r02", "c1:r06", "c1:r07"]
+    assert in_window("2023-05-01", "2023-05-01") == ["c1:r00", "c1:r03", "c1:r04"]
+    assert in_window(None, "2022-12-31") == ["c1:r05"]
+    assert len(in_window(None, None)) == 8
+    june = ids_of(conv.turns, np.flatnonzero(conv.turn_mask("2023-06-10", "2023-06-10")))
+    assert june == [t.turn_id for t in CONVS["c1"].turns[6:]]
+    assert conv.turn_mask(None, "2023-05-01").sum() == 6 and not conv.turn_mask("2023-05-02", "2023-06-09").any()
+    with pytest.raises(ValueError, match="ISO date"):
+        conv.records_in_window("next tuesday", None)
+
+
+def test_node_lookups(store):
+    conv = load(store, "c1")
+    hits = conv.match_nodes(["The Support-Group's", "CAROLINE", "nobody"])
+    assert ids_of(conv.nodes, hits) == ["c1:n:caroline", "c1:n:group"]
+    recs = conv.node_records(["c1:n:group", "c1:n:2023-05"])
+    assert ids_of(conv.records, recs) == ["c1:r01", "c1:r00", "c1:r02"]  # two links first, then by id
+    assert conv.node_records(["' OR 1=1 --"]) == []
+
+
+def test_hostile_ids_and_text_match_nothing_and_change_nothing(store):
+    before = {t: store.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in INGEST_TABLES}
+    empty = load(store, INJECT)
+    assert (empty.turns.n, empty.records.n, empty.nodes.n) == (0, 0, 0)
+    assert store.turns(INJECT) == [] and store.records(INJECT) == []
+    conv = load(store, "c1")
+    assert conv.bm25("'; DROP VIEW turns; --", 5) == []
+    assert conv.match_nodes(["x' OR '1'='1", "'); DROP VIEW nodes; --"]) == []
+    assert {t: store.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in INGEST_TABLES} == before
+
+
+# ---------------------------------------------------------------------------- channels as units
+def route_query(conv, route: Route, qv, scope=None, k=30) -> RouteQuery:
+    q = conv.check_queries(qv)
+    sims = {t: getattr(conv, t).cosine(q)[0] for t in ("records", "nodes", "turns")}
+    tw = route.time_window
+    window = (tw.start, tw.end) if tw else None
+    return RouteQuery(conv, route, q[0], sims, window, scope, k)
+
+
+def test_channels_rank_what_each_promises(store):
+    conv = load(store, "c1")
+    cfg = RetrievalConfig()
+    qv = CONVS["c1"].record_embeddings[4]  # the planted Zanzibar record's vector
+    route = Route(goal="trip to Zanzibar", search_terms=[], entities=["Caroline"], topics=[],
+                  time_window=TimeWindow(start="2023-06-01", end="2023-06-30"))
+    q = route_query(conv, route, qv)
+    by_name = {ch.name: ch for ch in channels_for(cfg)}
+    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25"]  # "turn" is both
+    pool = CandidatePool(conv)
+    assert by_name["record_vector"].rank(q, pool)[0] == "c1:r04"
+    # node: Caroline's records (even ones) via the name, ranked by the query vector
+    node_keys = by_name["node"].rank(q, pool)
+    assert set(node_keys) >= {"c1:r00", "c1:r02", "c1:r04", "c1:r06"} and node_keys[0] == "c1:r04"
+    assert set(by_name["time"].rank(q, pool)) == {"c1:r02", "c1:r06", "c1:r07"}  # the route's June window
+    # turn_bm25: the planted turn D2:7 is found by its word and handed on as the record citing it
+    assert by_name["turn_bm25"].rank(q, pool)[0] == "c1:r07"
+    # a turn no record cites stays as raw-turn evidence
+    assert pool.add_turn_hits([10]) == [TURN_PREFIX + "D2:10"] and pool[TURN_PREFIX + "D2:10"].kind == "turn"
+    # a window scope restricts the vector channels to in-window rows
+    scope = WindowScope(np.array([i in conv.records_in_window("2023-06-05", None) for i in range(8)]),
+                        conv.turn_mask("2023-06-05", None))
+    scoped = route_query(conv, route, qv, scope)
+    assert set(by_name["record_vector"].rank(scoped, CandidatePool(conv))) == {"c1:r02", "c1:r06", "c1:r07"}
+    turn_keys = by_name["turn_vector"].rank(scoped, CandidatePool(conv))  # June 10 turns: 6-11
+    assert turn_keys and set(turn_keys) <= {"c1:r06", "c1:r07", *(TURN_PREFIX + f"D2:{i}" for i in (6, 10, 11))}
+
+
+def test_an_unknown_channel_is_one_sentence_and_a_new_one_is_a_unit(store):
+    with pytest.raises(ValueError, match="unknown channel 'recrod_vector'.*known: record_vector"):
+        channels_for(RetrievalConfig(channels=["recrod_vector"]))
+
+    @register
+    class NewestFirst(Channel):  # a channel a user adds: the most recently said records
+        name = "test_newest"
+
+        def rank(self, q, pool):
+            order = sorted(range(q.conv.records.n), key=lambda i: q.conv.records.cols["stated_at"][i] or "", reverse=True)
+            return pool.add_records(order[: q.k])
+
+    try:
+        cfg = RetrievalConfig(channels=["test_newest"])
+        retriever = Retriever(store, cfg, lambda texts: np.tile(CONVS["c1"].record_embeddings[0], (len(texts), 1)))
+        plan = QueryPlan(routes=[Route(goal="x", search_terms=[], entities=[], topics=[], time_window=None)])
+        rankings, pool = retriever.channel_rankings("c1", plan, np.tile(CONVS["c1"].record_embeddings[0], (1, 1)))
+        assert list(rankings) == ["r0:test_newest"]
+        assert pool[rankings["r0:test_newest"][0]].said == "2023-06-10"
+    finally:
+        del CHANNELS["test_newest"]
+    assert set(CHANNEL_GROUPS["turn"]) <= set(CHANNELS)
+
+
+def test_the_cache_is_per_store_and_bounded(store_dir, store):
+    cache = cache_for(store, max_bytes=1)  # smaller than any conversation: one stays loaded
+    a = cache.get(store, "c1")
+    assert cache.get(store, "c1") is a and cache.loads == 1
+    cache.get(store, "c2")
+    assert "c1" not in cache and "c2" in cache and len(cache) == 1 and cache.loads == 2
+    assert cache.nbytes == cache.get(store, "c2").nbytes > 0
