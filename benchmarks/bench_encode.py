@@ -88,7 +88,8 @@ def bench_concurrency(path: Path, latency_s: float, window: int) -> list[dict]:
     from tests.support.fake_openai import spawn_fake_server
 
     cfg = load_config(REPO / "configs" / "local.yaml")
-    convs = SegmentStage(cfg.segmenter, "window", window).process_batch(list(read_file(str(path), cfg.read)))
+    wcfg = cfg.with_overrides({"encoder": {"mode": "window", "window_exchanges": window}})
+    convs = SegmentStage(wcfg).process_batch(list(read_file(str(path), cfg.read_settings)))
     rows = []
     with spawn_fake_server(latency_s=latency_s) as server:
         n = len(convs)
@@ -107,15 +108,15 @@ def bench_tokens(path: Path) -> tuple[list[dict], dict]:
     from lychee_ray.ingest.embed import EmbedTurnsStage
 
     cfg = load_config(REPO / "configs" / "local.yaml", ["encoder.estimate_tokens=true"])
-    convs = list(read_file(str(path), cfg.read))
-    embed = EmbedTurnsStage(cfg.embedding)
+    convs = list(read_file(str(path), cfg.read_settings))
+    embed = EmbedTurnsStage(cfg)
     embed.setup()
     convs = embed.process_batch(convs)
     schema_tokens = count_tokens(json.dumps(json_schema_for(EncodeOutput, "vllm", max_items={"records": 24})))
     rows = []
     for mode in ("segment", "eager"):
         mcfg = cfg.with_overrides({"encoder": {"mode": mode}})
-        units = SegmentStage(mcfg.segmenter, mode, mcfg.encoder.window_exchanges).process_batch(copy.deepcopy(convs))
+        units = SegmentStage(mcfg).process_batch(copy.deepcopy(convs))
         stage = EncodeStage(mcfg)
         stage.setup()
         for c in stage.process_batch(units):

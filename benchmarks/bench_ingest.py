@@ -98,7 +98,7 @@ def store_facts(out_dir: str) -> dict:
 
 def measure(cfg, name: str, src: Path, tmp: Path, model) -> dict:
     """raw -> full ingest -> raw over one input; the store's facts."""
-    convs = [c for c in read_file(str(src), cfg.read) if c.status == "ok"]
+    convs = [c for c in read_file(str(src), cfg.read_settings) if c.status == "ok"]
     texts = [t.text for c in convs for t in c.turns]
     raw_before = raw_encode_seconds(model, texts, cfg.embedding.batch_size)
     out = str(tmp / f"store_{name}")

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lychee_ray.config import SegmenterConfig, load_config
+from lychee_ray.config import load_config
+from lychee_ray.config_sections import SegmenterConfig
 from lychee_ray.ingest.segment import (
     Boundary,
     merge_short_tails,

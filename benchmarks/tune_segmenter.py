@@ -31,7 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lychee_ray.config import SegmenterConfig, load_config
+from benchmarks.dev_split import CHECK, PARTS, TUNE
+from lychee_ray.config import load_config
+from lychee_ray.config_sections import SegmenterConfig
 from lychee_ray.ingest.segment import (
     Boundary,
     exchange_embeddings,
@@ -40,8 +42,6 @@ from lychee_ray.ingest.segment import (
 )
 from lychee_ray.io.readers.files import read_file
 from lychee_ray.tokens import count_many
-
-from benchmarks.dev_split import CHECK, PARTS, TUNE
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -71,7 +71,7 @@ def embed_turns_cached(convs, model: str) -> list[np.ndarray]:
     if cache.exists():
         data = np.load(cache)
         return [data[f"c{i}"] for i in range(len(convs))]
-    from lychee_ray.config import EmbeddingConfig
+    from lychee_ray.config_sections import EmbeddingConfig
     from lychee_ray.embedding import Embedder
 
     vecs = Embedder(EmbeddingConfig(model=model)).encode_groups(texts)
@@ -95,7 +95,7 @@ def evidence_exchanges(conv, exchange_of_turn: list[int]) -> list[list[int]]:
 def load_dev(src: Path, max_conversations: int | None = None, part: str = "tune") -> list[DevConversation]:
     cfg = load_config(LOCAL_CONFIG)
     ids = set(PARTS[part])
-    convs = [c for c in read_file(str(src), cfg.read) if c.status == "ok" and c.exchanges and c.conversation_id in ids]
+    convs = [c for c in read_file(str(src), cfg.read_settings) if c.status == "ok" and c.exchanges and c.conversation_id in ids]
     convs = convs[:max_conversations] if max_conversations else convs
     out = []
     for conv, turn_emb in zip(convs, embed_turns_cached(convs, cfg.embedding.model)):

@@ -19,7 +19,7 @@ import yaml
 from benchmarks.bench_ablate import cut_counts
 from lychee_ray.ablate.grid import load_grid
 from lychee_ray.ablate.runner import balanced_windows, run_ablation
-from lychee_ray.config import ConfigError
+from lychee_ray.config_sections import ConfigError
 from tests.support.locomo_cut import cut_locomo
 
 from .conftest import DEMO_PATH, LOCOMO_PATH, REPO

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from lychee_ray.cli import main
 from lychee_ray.config import load_config
-from lychee_ray.ingest.job import IngestSummary
+from lychee_ray.ingest.summary import IngestSummary
 from lychee_ray.io.readers.files import list_input_files, read_file
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.rows import DROPPED_TURN_SQL, is_dropped_turn, turns_in

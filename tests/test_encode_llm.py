@@ -17,7 +17,8 @@ import json
 
 import pytest
 
-from lychee_ray.config import EncoderConfig, load_config
+from lychee_ray.config import load_config
+from lychee_ray.config_sections import EncoderConfig
 from lychee_ray.ingest.embed import EmbedTurnsStage
 from lychee_ray.ingest.encode import EncodeStage
 from lychee_ray.ingest.segment import SegmentStage
@@ -59,13 +60,13 @@ def cut_file(tmp_path_factory):
 def segmented(cut_file):
     """conversation mode -> conversations read, embedded and cut (segment and eager units)."""
     cfg = load_config(REPO / "configs" / "local.yaml")
-    convs = list(read_file(str(cut_file), cfg.read))
-    embed = EmbedTurnsStage(cfg.embedding)
+    convs = list(read_file(str(cut_file), cfg.read_settings))
+    embed = EmbedTurnsStage(cfg)
     embed.setup()
     convs = embed.process_batch(convs)
     out = {}
     for mode in ("segment", "eager"):
-        out[mode] = SegmentStage(cfg.segmenter, mode, cfg.encoder.window_exchanges).process_batch(copy.deepcopy(convs))
+        out[mode] = SegmentStage(cfg.with_overrides({"encoder": {"mode": mode}})).process_batch(copy.deepcopy(convs))
     return out
 
 

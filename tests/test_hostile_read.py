@@ -15,7 +15,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from lychee_ray.config import ReadConfig, load_config
+from lychee_ray.config import load_config
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.readers.files import list_input_files, read_file
 from lychee_ray.store import manifest as store_manifest
 
@@ -344,11 +345,11 @@ def test_a_file_holding_an_empty_list_is_named_not_silently_skipped(tmp_path):
 def test_the_id_registry_marks_a_second_copy_in_the_same_block_as_a_duplicate(ray_local):
     """The root of the writer's "batch holds conversation ... more than once": the registry
     claimed every id of a block before recording any, so two copies in one block were both new."""
-    from lychee_ray.ingest.job import _registry_actor, mark_duplicates
+    from lychee_ray.ingest.read import mark_duplicates, registry_actor
     from lychee_ray.schemas import Conversation
 
     convs = [Conversation(conversation_id="same", source="chat", source_file=f) for f in ("a.jsonl", "b.jsonl", "c.jsonl")]
-    marked = mark_duplicates(convs, _registry_actor())
+    marked = mark_duplicates(convs, registry_actor())
     assert [c.status for c in marked] == ["ok", "duplicate", "duplicate"]
     assert marked[0].conversation_id == "same" and len({c.conversation_id for c in marked}) == 3
     assert "first seen in a.jsonl" in marked[1].error and "first seen in a.jsonl" in marked[2].error

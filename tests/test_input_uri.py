@@ -28,11 +28,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.io.readers.files import iter_conversations, list_input_files
 from lychee_ray.io.readers.plan import plan_parts
-from lychee_ray.schemas import MANIFEST, STORE_FORMAT
+from lychee_ray.tables import MANIFEST, STORE_FORMAT
 
 from .conftest import FIXTURES, LOCOMO_PATH
 from .support.locomo_cut import cut_locomo
@@ -253,7 +253,7 @@ def tricky_archive(path: Path) -> Path:
 
 
 def test_the_ray_read_plan_over_ranges_gives_the_whole_read(tmp_path, ray_local):
-    from lychee_ray.ingest.job import read_dataset
+    from lychee_ray.ingest.read import read_dataset
 
     path = tricky_archive(tmp_path / "in" / "tricky.jsonl")
     split = path.stat().st_size // 5

@@ -8,8 +8,16 @@ from functools import partial
 
 import pytest
 
-from lychee_ray.ingest.job import IngestSummary
-from lychee_ray.runtime.stage import AsyncStage, AsyncStageUDF, Resources, Stage, StageUDF, TransientError, apply_stage
+from lychee_ray.ingest.summary import IngestSummary
+from lychee_ray.runtime.stage import (
+    AsyncStage,
+    AsyncStageUDF,
+    Resources,
+    Stage,
+    StageUDF,
+    TransientError,
+    apply_stage,
+)
 from lychee_ray.schemas import Conversation
 
 

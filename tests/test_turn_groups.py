@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.readers.files import iter_conversations, list_input_files
 from lychee_ray.io.readers.plan import plan_parts
 
@@ -48,7 +48,7 @@ def three_day_archive(root: Path) -> Path:
 
 def ray_read(cfg, root: Path) -> list:
     """Every conversation the ingest job's read stage gives for `root` (before embedding)."""
-    from lychee_ray.ingest.job import read_dataset
+    from lychee_ray.ingest.read import read_dataset
 
     return [pickle.loads(r["state"]) for r in read_dataset(cfg, list_input_files(str(root)), {}, str(root)).iter_rows()]
 

@@ -13,7 +13,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lychee_ray.config import (
-    ConfigError,
     LycheeConfig,
     deep_merge,
     load_config,
@@ -21,6 +20,7 @@ from lychee_ray.config import (
     parse_dotted,
     read_yaml_mapping,
 )
+from lychee_ray.config_sections import ConfigError
 from lychee_ray.redact import validation_errors
 
 # A variant may not change what the shared read + embedding produce.

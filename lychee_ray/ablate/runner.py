@@ -29,33 +29,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lychee_ray.ablate.grid import Grid, ReferenceSpec, VariantSpec
 from lychee_ray.ablate.report import write_report
-from lychee_ray.config import ConfigError, LycheeConfig
+from lychee_ray.config import LycheeConfig
+from lychee_ray.config_sections import ConfigError
 from lychee_ray.embedding import Embedder
-from lychee_ray.evaluate.answers import ANSWERS_SCHEMA, answer_row
+from lychee_ray.evaluate.answers import write_answer_part
 from lychee_ray.evaluate.job import Progress, evaluate_in_process
 from lychee_ray.evaluate.metrics import evidence_recall
 from lychee_ray.evaluate.questions import load_questions
 from lychee_ray.evaluate.stages import AnswerStage, JudgeStage
 from lychee_ray.ingest.embed import EmbedTurnsStage
-from lychee_ray.ingest.encode import EncodeStage
-from lychee_ray.ingest.organize import OrganizeStage
-from lychee_ray.ingest.segment import (
-    Boundary,
-    SegmentStage,
-    capped_exchange_tokens,
-    segments_from_bounds,
-)
+from lychee_ray.ingest.pipeline import ingest_pipeline
+from lychee_ray.ingest.segment import Boundary, SegmentStage, capped_exchange_tokens, segments_from_bounds
 from lychee_ray.io.readers.files import iter_conversations, list_input_files
 from lychee_ray.llm.prompts import EvidenceItem, answer_messages, format_evidence, plan_messages
-from lychee_ray.query.retrieve import baseline_turns, entity_names
+from lychee_ray.query.engine import QueryEngine
+from lychee_ray.query.evidence import CandidatePool, Evidence
+from lychee_ray.query.retrieve import baseline_turns
 from lychee_ray.schemas import Conversation
 from lychee_ray.store.reader import open_store
-from lychee_ray.store.writer import StoreWriter, finalize_manifest, prepare_output
+from lychee_ray.store.writer import finalize_manifest, prepare_output
 from lychee_ray.tokens import count_tokens, token_counter
 
 log = logging.getLogger(__name__)
@@ -147,7 +142,7 @@ def read_conversations(cfg: LycheeConfig, input_path: str, limit: int | None) ->
     """All usable conversations of the input, and one line per conversation that is not."""
 
     usable, problems = [], []
-    for conv in iter_conversations(list_input_files(input_path), cfg.read, root=input_path):
+    for conv in iter_conversations(list_input_files(input_path), cfg.read_settings, root=input_path):
         if conv.status != "ok" or not conv.exchanges:
             problems.append(f"{conv.conversation_id} ({conv.source_file}): {conv.status}: {conv.error}")
             continue
@@ -158,10 +153,8 @@ def read_conversations(cfg: LycheeConfig, input_path: str, limit: int | None) ->
 
 
 def embed_turns(convs: list[Conversation], embedder: CountingEmbedder, cfg: LycheeConfig) -> None:
-    stage = EmbedTurnsStage(cfg.embedding)
-    stage.embedder = embedder
     embedder.phase = "turns"
-    stage.process_batch(convs)
+    EmbedTurnsStage(cfg, embedder).process_batch(convs)  # every conversation in one call: one pass for the grid
 
 
 def balanced_windows(n_exchanges: int, n_windows: int):
@@ -186,7 +179,7 @@ def segment_all(convs: list[Conversation], cfg: LycheeConfig, matched: Segmentat
     start = time.perf_counter()
     out = copy.deepcopy(convs)
     if matched is None:
-        SegmentStage(cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges, cfg.tokenizer_spec).process_batch(out)
+        SegmentStage(cfg).process_batch(out)
     else:
         calls = {c.conversation_id: len(c.segments) for c in matched.convs}
         for conv in out:
@@ -197,23 +190,15 @@ def segment_all(convs: list[Conversation], cfg: LycheeConfig, matched: Segmentat
 
 
 def build_store(seg: Segmentation, cfg: LycheeConfig, store_dir: Path, embedder: CountingEmbedder, key: str, variant: str) -> Build:
-    """Encode + organize + write one store (the same stages as ingest, run in this process)."""
+    """Encode + organize + write one store: the ingest pipeline from its encode stage on, run in
+    this process with the grid's one loaded model."""
 
     start = time.perf_counter()
-    convs = copy.deepcopy(seg.convs)
-    encoder = EncodeStage(cfg)
-    encoder.setup()
-    convs = encoder.process_batch(convs)
-    organizer = OrganizeStage(cfg.organize, cfg.embedding)
-    organizer.embedder = embedder
-    embedder.phase = "records_nodes"
-    convs = organizer.process_batch(convs)
-    for c in convs:
-        c.stats.wall_s = sum(c.seconds.values())
     if store_dir.exists():
         shutil.rmtree(store_dir)  # a grid run rebuilds; a stale store of another build must not mix in
     prepare_output(str(store_dir), cfg)
-    StoreWriter(str(store_dir), cfg).write_batch(convs)
+    embedder.phase = "records_nodes"
+    ingest_pipeline(cfg, str(store_dir), start="encode", embedder=embedder).in_process(copy.deepcopy(seg.convs))
     finalize_manifest(str(store_dir))
     return Build(key, str(store_dir), time.perf_counter() - start, variant)
 
@@ -237,9 +222,9 @@ def evaluate_store(build: Build, cfg: LycheeConfig, embedder: CountingEmbedder, 
     embedder.phase = "queries"
     items = evaluate_in_process(cfg, build.store_dir, items, embedder)
     if cfg.llm.backend == "rules":
-        estimate_query_tokens(items, store, with_plan=True)
+        estimate_query_tokens(items, QueryEngine(cfg, store, embedder), with_plan=True)
     store.close()
-    path = write_answers(items, out_dir / "evals" / variant)
+    path = write_answer_part(items, str(out_dir / "evals" / variant))
     return Evaluation(key, str(path), items, time.perf_counter() - start, variant)
 
 
@@ -249,52 +234,53 @@ def evaluate_store(build: Build, cfg: LycheeConfig, embedder: CountingEmbedder, 
 def evaluate_reference(ref: ReferenceSpec, build: Build, cfg: LycheeConfig, embedder: CountingEmbedder, out_dir: Path, per_conv: int | None = None) -> Evaluation:
     start = time.perf_counter()
     store = open_store(build.store_dir, cfg)
+    engine = QueryEngine(cfg, store, embedder)
     items = first_per_conversation([i for i in load_questions(store, cfg, None) if i.status == "ok"], per_conv)
     embedder.phase = "queries"
     if ref.name == "naive_rag":
-        fill_naive_rag(items, store, cfg, embedder)
+        fill_naive_rag(items, engine, embedder)
     else:
-        fill_full_context(items, store, cfg, ref.context_tokens or cfg.serve.max_model_len)
+        fill_full_context(items, engine, ref.context_tokens or cfg.serve.max_model_len)
     for item in items:
         item.evidence_recall = evidence_recall(item.evidence_turn_ids, item.retrieved_turn_ids)
     for stage in (AnswerStage(cfg), JudgeStage(cfg)):
         stage.setup()
         items = stage.process_batch(items)
     if cfg.llm.backend == "rules":
-        estimate_query_tokens(items, store, with_plan=False)
+        estimate_query_tokens(items, engine, with_plan=False)
     store.close()
-    path = write_answers(items, out_dir / "evals" / ref.name)
+    path = write_answer_part(items, str(out_dir / "evals" / ref.name))
     return Evaluation(_hash(ref.name, build.key), str(path), items, time.perf_counter() - start, ref.name)
 
 
-def fill_naive_rag(items: list, store, cfg: LycheeConfig, embedder: CountingEmbedder) -> None:
+def fill_naive_rag(items: list, engine: QueryEngine, embedder: CountingEmbedder) -> None:
     """Top raw turns by vector, cut to the same context budget as the variants."""
 
-    budget = cfg.retrieval.context_token_budget
+    budget = engine.cfg.retrieval.context_token_budget
     qvecs = embedder.encode([i.question for i in items])
     for item, qv in zip(items, qvecs):
-        sel = baseline_turns(store, "naive_rag", item.conversation_id, item.question, qv, budget, count=token_counter(cfg.tokenizer_spec).count)
+        sel = baseline_turns(engine.store, "naive_rag", item.conversation_id, item.question, qv, budget, count=engine.count_tokens)
         item.evidence = [e.prompt_item() for e in sel]
         item.retrieved_turn_ids = [e.source_turn_ids[0] for e in sel]
         item.context_tokens = sum(e.tokens for e in sel)
 
 
-def fill_full_context(items: list, store, cfg: LycheeConfig, context_tokens: int) -> None:
+def fill_full_context(items: list, engine: QueryEngine, context_tokens: int) -> None:
     """The whole conversation as evidence, in order; when it does not fit the model's context
     (minus the prompt and the answer), the oldest turns are dropped and the cut is counted."""
 
-    count = token_counter(cfg.tokenizer_spec).count  # the model's context is in its own tokens
+    count = engine.count_tokens  # the model's context is in its own tokens
     by_conv: dict[str, tuple[list[EvidenceItem], list[str], list[int]]] = {}
     for item in items:
         cid = item.conversation_id
         if cid not in by_conv:
-            turns = store.turns(cid)
-            evidence = [_turn_item(t) for t in turns]
+            turns = whole_conversation(engine, cid)
+            evidence = [e.prompt_item() for e in turns]
             costs = [count(e.line()) for e in evidence]
-            by_conv[cid] = (evidence, [t["turn_id"] for t in turns], costs)
+            by_conv[cid] = (evidence, [e.row.turn_id for e in turns], costs)
         evidence, turn_ids, costs = by_conv[cid]
         frame = sum(count(m["content"]) for m in answer_messages(item.benchmark, item.question, item.question_date, ""))
-        room = context_tokens - frame - cfg.evaluate.max_answer_tokens
+        room = context_tokens - frame - engine.cfg.query.max_answer_tokens
         keep = len(costs)
         used = 0
         for i in range(len(costs) - 1, -1, -1):  # newest first
@@ -310,48 +296,27 @@ def fill_full_context(items: list, store, cfg: LycheeConfig, context_tokens: int
         item.dropped_tokens = sum(costs[:first])
 
 
-def _turn_item(turn: dict) -> EvidenceItem:
-    ts = turn.get("timestamp")
-    return EvidenceItem(f"{turn['speaker']}: {turn['text']}", said=str(ts)[:10] if ts is not None else None, sources=(turn["turn_id"],))
+def whole_conversation(engine: QueryEngine, conversation_id: str) -> list[Evidence]:
+    """Every turn of the conversation as raw-turn evidence, in order."""
+    pool = CandidatePool(engine.retriever.conversation(conversation_id))
+    return [pool[key] for key in pool.add_turns(list(range(pool.conv.turns.n)))]
 
 
-def estimate_query_tokens(items: list, store, with_plan: bool) -> None:
+def estimate_query_tokens(items: list, engine: QueryEngine, with_plan: bool) -> None:
     """Under the rules backend no LLM is asked; count (o200k) the planner and answer prompts and
     replies an LLM would get, as build_stats does for the encoder (est_* columns)."""
 
-    known: dict[str, list[str]] = {}
     for item in items:
         if item.status != "ok":
             continue
         prompt = sum(count_tokens(m["content"]) for m in answer_messages(item.benchmark, item.question, item.question_date, format_evidence(item.evidence)))
         completion = count_tokens(json.dumps({"answer": item.prediction}))
         if with_plan:
-            if item.conversation_id not in known:
-                known[item.conversation_id] = entity_names(store, item.conversation_id)[:200]
-            prompt += sum(count_tokens(m["content"]) for m in plan_messages(item.question, item.question_date, known[item.conversation_id]))
+            known = engine.known_entities(item.conversation_id)
+            prompt += sum(count_tokens(m["content"]) for m in plan_messages(item.question, item.question_date, known))
             completion += count_tokens(item.plan_json or "")
         item.est_prompt_tokens = prompt
         item.est_completion_tokens = completion
-
-
-def write_answers(items: list, folder: Path) -> Path:
-    rows = []
-    for item in items:
-        row = answer_row(item)
-        row.update(
-            est_prompt_tokens=item.est_prompt_tokens,
-            est_completion_tokens=item.est_completion_tokens,
-            dropped_turns=item.dropped_turns,
-            dropped_tokens=item.dropped_tokens,
-        )
-        rows.append(row)
-    schema = ANSWERS_SCHEMA
-    for name in ("est_prompt_tokens", "est_completion_tokens", "dropped_turns", "dropped_tokens"):
-        schema = schema.append(pa.field(name, pa.int64()))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "answers.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
-    return path
 
 
 # --------------------------------------------------------------------------------------------

@@ -68,6 +68,12 @@ ANSWERS_SCHEMA = pa.schema(
         ("judge_completion_tokens", pa.int64()),
         ("cached_tokens", pa.int64()),
         ("llm_calls", pa.int64()),
+        # the ablation grid only (null elsewhere): o200k estimates of what an LLM would be sent
+        # under the rules backend, and how much of a full-context reference did not fit
+        ("est_prompt_tokens", pa.int64()),
+        ("est_completion_tokens", pa.int64()),
+        ("dropped_turns", pa.int64()),
+        ("dropped_tokens", pa.int64()),
     ]
 )
 
@@ -104,6 +110,10 @@ def answer_row(item: QAItem) -> dict:
         "judge_completion_tokens": judge.completion_tokens,
         "cached_tokens": plan.cached_tokens + answer.cached_tokens,  # prompt tokens the server's prefix cache served
         "llm_calls": plan.calls + answer.calls,
+        "est_prompt_tokens": item.est_prompt_tokens,
+        "est_completion_tokens": item.est_completion_tokens,
+        "dropped_turns": item.dropped_turns,
+        "dropped_tokens": item.dropped_tokens,
     }
     for name in ("naive_rag", "bm25"):
         b = item.baselines.get(name, {})
@@ -113,16 +123,23 @@ def answer_row(item: QAItem) -> dict:
     return row
 
 
-def write_answers(batch, out_dir: str):
-    """Commit one batch of answers as answers/part-<hash>.parquet under `out_dir` (a path or any
-    pyarrow.fs URI): temp file then rename, so a kill never leaves half a part."""
-    items: list[QAItem] = unpack(batch)
+def write_answer_part(items: list[QAItem], out_dir: str) -> str:
+    """Commit answers as answers/part-<hash>.parquet under `out_dir` (a path or any pyarrow.fs
+    URI): temp file then rename, so a kill never leaves half a part. Returns the part's path."""
     table = pa.Table.from_pylist([answer_row(i) for i in items], schema=ANSWERS_SCHEMA)
     part = hashlib.sha1("|".join(sorted(i.question_id for i in items)).encode()).hexdigest()[:16]
     fs, base = resolve_uri(out_dir)
     folder = join_path(base, ANSWERS)
     fs.create_dir(folder, recursive=True)
-    write_atomic(fs, join_path(folder, f"part-{part}.parquet"), lambda sink: pq.write_table(table, sink))
+    path = join_path(folder, f"part-{part}.parquet")
+    write_atomic(fs, path, lambda sink: pq.write_table(table, sink))
+    return path
+
+
+def write_answers(batch, out_dir: str):
+    """The evaluate job's answers writer (a Ray Data task): one part per batch."""
+    items: list[QAItem] = unpack(batch)
+    write_answer_part(items, out_dir)
     return {"question_id": np.array([i.question_id for i in items], dtype=object), "status": np.array([i.status for i in items], dtype=object)}
 
 

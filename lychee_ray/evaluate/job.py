@@ -27,7 +27,8 @@ from functools import partial
 import pyarrow as pa
 from tqdm import tqdm
 
-from lychee_ray.config import ConfigError, LycheeConfig
+from lychee_ray.config import LycheeConfig
+from lychee_ray.config_sections import ConfigError
 from lychee_ray.evaluate.answers import answered_ids, write_answers
 from lychee_ray.evaluate.questions import QAItem, conversation_groups, load_questions
 from lychee_ray.evaluate.report import write_eval_report
@@ -127,7 +128,8 @@ def evaluate_in_process(cfg: LycheeConfig, store_dir: str, items: list[QAItem], 
     comes back in its given order."""
     groups = conversation_groups(items, cfg.evaluate.batch_size("retrieve"))
     everything = [item for group in groups for item in group]
-    for stage in (PlanStage(cfg, store_dir), RetrieveStage(cfg, store_dir, embedder), AnswerStage(cfg), JudgeStage(cfg)):
+    for factory in stage_factories(cfg, store_dir, embedder):
+        stage = factory()
         stage.setup()
         try:
             for batch in groups if stage.name == "retrieve" else [everything]:
@@ -151,8 +153,9 @@ def question_dataset(items: list[QAItem], group_size: int):
     return ray.data.from_arrow(blocks)
 
 
-def stage_factories(cfg: LycheeConfig, store_dir: str) -> list[partial]:
-    return [partial(PlanStage, cfg, store_dir), partial(RetrieveStage, cfg, store_dir), partial(AnswerStage, cfg), partial(JudgeStage, cfg)]
+def stage_factories(cfg: LycheeConfig, store_dir: str, embedder=None) -> list[partial]:
+    """The four stages, in order, as the job and `evaluate_in_process` both run them."""
+    return [partial(PlanStage, cfg, store_dir), partial(RetrieveStage, cfg, store_dir, embedder), partial(AnswerStage, cfg), partial(JudgeStage, cfg)]
 
 
 def check_cpus(cfg: LycheeConfig) -> None:
@@ -176,6 +179,7 @@ def check_cpus(cfg: LycheeConfig) -> None:
 
 
 def run_evaluate(cfg: LycheeConfig, store_dir: str, out_dir: str, questions_path: str | None = None) -> EvaluateResult:
+    cfg.resolve()  # once, here: the workers get the resolved values with the config
     store = open_store(store_dir, cfg)
     items = load_questions(store, cfg, questions_path)
     done = answered_ids(out_dir)

@@ -9,35 +9,27 @@ Each stage declares its actors, CPUs, batch size and in-flight limit from `evalu
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
 
 import numpy as np
 
 from lychee_ray.config import LycheeConfig
-from lychee_ray.embedding import Embedder
 from lychee_ray.evaluate.metrics import bleu1, evidence_recall, locomo_f1, token_f1
 from lychee_ray.evaluate.questions import QAItem
-from lychee_ray.llm.client import LLMClient, run_closing
+from lychee_ray.llm.client import LLMClient, llm_client, run_closing
 from lychee_ray.llm.prompts import locomo_judge_messages, longmemeval_judge_messages
 from lychee_ray.llm.schema import json_schema_for
-from lychee_ray.query.answer import Answerer, Planner
+from lychee_ray.query.answer import Answerer
+from lychee_ray.query.channels import route_text
+from lychee_ray.query.engine import QueryEngine
+from lychee_ray.query.evidence import Evidence
 from lychee_ray.query.fusion import budget_topk
-from lychee_ray.query.rerank import CrossEncoderReranker
-from lychee_ray.query.retrieve import Evidence, Retriever, baseline_turns, entity_names, route_text
+from lychee_ray.query.retrieve import baseline_turns
 from lychee_ray.rules.answerer import extractive_answer
 from lychee_ray.runtime.stage import AsyncStage, Resources, Stage
 from lychee_ray.schemas import JudgeOutput
 from lychee_ray.store.reader import open_store
-from lychee_ray.tokens import token_counter
 
 log = logging.getLogger(__name__)
-
-
-def _client(cfg: LycheeConfig):
-    if cfg.llm.backend != "openai":
-        return None
-
-    return LLMClient(cfg.llm)
 
 
 def _tag(item: QAItem) -> str:
@@ -70,22 +62,17 @@ class PlanStage(AsyncStage[QAItem]):
 
     def setup(self):
         self.store = open_store(self.store_dir, self.cfg)
-        self.planner = Planner(self.cfg, _client(self.cfg))
-        self._entities: dict[str, list[str]] = {}
+        self.engine = QueryEngine(self.cfg, self.store)
+        self.planner = self.engine.planner(self.engine.new_client())
 
     def teardown(self):
         self.store.close()
-
-    def known_entities(self, cid: str) -> list[str]:
-        if cid not in self._entities:
-            self._entities[cid] = entity_names(self.store, cid)[:200]
-        return self._entities[cid]
 
     def process_batch(self, items):
         return run_closing(self.process_batch_async(items), self.planner.client)
 
     async def process_async(self, item: QAItem):
-        out = await self.planner.plan(item.question, item.question_date, self.known_entities(item.conversation_id), _tag(item))
+        out = await self.planner.plan(item.question, item.question_date, self.engine.known_entities(item.conversation_id), _tag(item))
         item.plan = out.value
         item.plan_json = out.value.model_dump_json()
         item.plan_usage.add(out.usage)
@@ -104,14 +91,10 @@ class RetrieveStage(Stage[QAItem]):
 
     def setup(self):
         self.store = open_store(self.store_dir, self.cfg)
-        self.embedder = self.embedder or Embedder(self.cfg.embedding)
-        reranker = None
-        if self.cfg.retrieval.rerank.enabled:
-            reranker = CrossEncoderReranker(self.cfg.retrieval.rerank)
-        # budgets in the served model's tokens; memoised, since a conversation's turns come back
-        # as baseline hits (200 per search) question after question
-        self.count = lru_cache(maxsize=1 << 16)(token_counter(self.cfg.tokenizer_spec).count)
-        self.retriever = Retriever(self.store, self.cfg.retrieval, self.embed, reranker, self.count)
+        self.engine = QueryEngine(self.cfg, self.store, self.embedder, embed_fn=self.embed)
+        self.engine.embedder  # the model loads here, once per actor, not at the first question
+        self.retriever = self.engine.retriever
+        self.count = self.engine.count_tokens
         counts = self.store.con.execute("select conversation_id, count(*) from records group by 1").fetchall()
         self.record_counts = dict(counts)
 
@@ -132,8 +115,7 @@ class RetrieveStage(Stage[QAItem]):
             item.recall_curve.append(evidence_recall(item.evidence_turn_ids, list(dict.fromkeys(t for e in sel for t in e.source_turn_ids))))
         for name in self.cfg.evaluate.baselines:
             # One search per baseline: every hit with its token count, then each budget's cut.
-            ranked = baseline_turns(self.store, name, item.conversation_id, item.question, qv, UNBOUNDED, count=self.count,
-                                    engine=self.cfg.retrieval.engine)
+            ranked = baseline_turns(self.store, name, item.conversation_id, item.question, qv, UNBOUNDED, count=self.count)
             curve = [evidence_recall(item.evidence_turn_ids, _turn_ids(cut_to_budget(ranked, b))) for b in budgets]
             main = cut_to_budget(ranked, self.cfg.retrieval.context_token_budget)
             item.baselines[name] = {
@@ -148,7 +130,7 @@ class RetrieveStage(Stage[QAItem]):
                 item.status, item.error = "error", f"conversation {item.conversation_id!r} is not in the store"
         texts = sorted({t for item in items if item.status == "ok" for t in query_texts(item)})
         try:
-            self.vectors = dict(zip(texts, self.embedder.encode(texts))) if texts else {}
+            self.vectors = dict(zip(texts, self.engine.embedder.encode(texts))) if texts else {}
         except Exception as exc:  # e.g. an embedding endpoint down: each question then fails alone
             log.warning("retrieve: embedding the batch's %d query texts failed (%s); embedding per question", len(texts), exc)
         try:
@@ -163,7 +145,7 @@ class RetrieveStage(Stage[QAItem]):
         and `evaluate_in_process` cut the same conversation groups, so runs agree exactly."""
         missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
         if missing:
-            self.vectors.update(zip(missing, self.embedder.encode(missing)))
+            self.vectors.update(zip(missing, self.engine.embedder.encode(missing)))
         return np.stack([self.vectors[t] for t in texts])
 
     def teardown(self):
@@ -189,7 +171,7 @@ class AnswerStage(AsyncStage[QAItem]):
         self.max_in_flight = _in_flight(cfg, self.name)
 
     def setup(self):
-        self.answerer = Answerer(self.cfg, _client(self.cfg))
+        self.answerer = Answerer(self.cfg, llm_client(self.cfg.llm))
 
     def process_batch(self, items):
         return run_closing(self.process_batch_async(items), self.answerer.client)

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from lychee_ray.config import EmbeddingConfig
+from lychee_ray.config import LycheeConfig
 from lychee_ray.embedding import Embedder
 from lychee_ray.runtime.stage import (
     PASS_THROUGH,
@@ -21,12 +21,12 @@ from lychee_ray.runtime.stage import (
     mark_failed,
 )
 from lychee_ray.schemas import Conversation
-from lychee_ray.store.prior import PriorState
+from lychee_ray.store.stored_state import StoredState
 
 
 def stored_turns(conv: Conversation) -> int:
     """How many leading turns the store already embedded (a grown conversation), else 0."""
-    return conv.prior.n_turns if isinstance(conv.prior, PriorState) else 0
+    return conv.prior.n_turns if isinstance(conv.prior, StoredState) else 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -41,14 +41,15 @@ class EmbedTurnsStage(Stage[Conversation]):
 
     name = "embed"
 
-    def __init__(self, cfg: EmbeddingConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: LycheeConfig, embedder: Embedder | None = None):
+        self.cfg = cfg.embedding
+        emb = cfg.embedding
         # one model copy per actor: on a small machine a second copy only competes for cores
-        self.resources = Resources(num_cpus=1, num_gpus=cfg.num_gpus_per_actor, num_actors=cfg.num_actors, batch_size=cfg.conversations_per_batch)
-        self.embedder: Embedder | None = None
+        self.resources = Resources(num_cpus=1, num_gpus=emb.num_gpus_per_actor, num_actors=emb.num_actors, batch_size=emb.conversations_per_batch)
+        self.embedder = embedder  # a loaded model to share (the ablation grid's); else loaded in setup()
 
     def setup(self) -> None:
-        self.embedder = Embedder(self.cfg)
+        self.embedder = self.embedder or Embedder(self.cfg)
 
     def process_batch(self, convs):
         live = [c for c in convs if c.status not in PASS_THROUGH]

@@ -23,13 +23,21 @@ import datetime as dt
 import hashlib
 import logging
 
-from lychee_ray.ingest.context import ReferenceContext
+from lychee_ray.config import LycheeConfig
+
+from lychee_ray.ingest.reference_context import ReferenceContext
 from lychee_ray.io.readers.common import ErrorEntry
 from lychee_ray.runtime.stage import PASS_THROUGH, Resources, Stage
-from lychee_ray.schemas import Conversation, MemoryRecord, turn_content_hash, turns_digest
-from lychee_ray.store.prior import EXTENDABLE, PriorState, StoredConversation, load_prior
+from lychee_ray.schemas import Conversation, turn_content_hash, turns_digest
+from lychee_ray.store.stored_state import (
+    EXTENDABLE,
+    StoredState,
+    StoredConversation,
+    load_stored_state,
+)
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.rows import is_dropped_turn
+from lychee_ray.tables import Record
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +47,7 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------------
 class ExtendFrom(int):
     """`Conversation.prior` between the read task and `ResumeStage`: the stored turn count, a
-    plain int so it travels cheaply; the stage swaps it for the loaded `PriorState`."""
+    plain int so it travels cheaply; the stage swaps it for the loaded `StoredState`."""
 
 
 def classify(conv: Conversation, stored: dict[str, StoredConversation], on_changed_history: str) -> Conversation | None:
@@ -88,7 +96,7 @@ class ResumeStage(Stage[Conversation]):
 
     name = "resume"
 
-    def __init__(self, out_dir: str, cfg):
+    def __init__(self, cfg: LycheeConfig, out_dir: str):
         self.out_dir, self.cfg = out_dir, cfg
         # one actor: it holds an open store (DuckDB views over the committed parts). No CPU
         # reserved: it waits on reads, and a reservation would keep embed or organize from starting
@@ -101,7 +109,7 @@ class ResumeStage(Stage[Conversation]):
             return
         if self.store is None:  # lazily: most runs extend nothing
             self.store = open_store(self.out_dir, self.cfg)
-        prior = load_prior(self.store, conv.conversation_id)
+        prior = load_stored_state(self.store, conv.conversation_id)
         if prior.n_turns != int(conv.prior) or prior.turn_embeddings.shape[0] != prior.n_turns:
             raise RuntimeError(f"stored state of {conv.conversation_id} has {prior.n_turns} turns, expected {int(conv.prior)}")
         conv.prior = prior
@@ -119,7 +127,7 @@ class ResumeStage(Stage[Conversation]):
 def reusable_segments(conv: Conversation) -> int:
     """How many leading segments are exactly (same turns) what the store holds."""
     prior = conv.prior
-    if not isinstance(prior, PriorState):
+    if not isinstance(prior, StoredState):
         return 0
     k = 0
     for seg, old in zip(conv.segments, prior.segments):
@@ -129,13 +137,13 @@ def reusable_segments(conv: Conversation) -> int:
     return k
 
 
-def resume_point(conv: Conversation) -> tuple[int, ReferenceContext, list[MemoryRecord], dict[str, str], int]:
+def resume_point(conv: Conversation) -> tuple[int, ReferenceContext, list[Record], dict[str, str], int]:
     """(first segment to encode, rho before it, the reused records, entity aliases so far, reused
     degraded segments). Reused segments keep their stored context and their failure rows."""
     k = reusable_segments(conv)
     if k == 0:
         return 0, ReferenceContext(), [], {}, 0
-    records: list[MemoryRecord] = []
+    records: list[Record] = []
     aliases: dict[str, str] = {}
     degraded = 0
     for seg, old in zip(conv.segments[:k], conv.prior.segments[:k]):
@@ -189,4 +197,4 @@ def failed_extension(conv: Conversation) -> Conversation:
 def prior_cost(conv: Conversation) -> dict:
     """The build cost the stored prefix already paid (added to this run's: build_stats is what
     the conversation cost in all)."""
-    return conv.prior.stats if isinstance(conv.prior, PriorState) else {}
+    return conv.prior.stats if isinstance(conv.prior, StoredState) else {}

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lychee_ray.config import SegmenterConfig
+from lychee_ray.config import LycheeConfig
+from lychee_ray.config_sections import SegmenterConfig
 from lychee_ray.io.exchanges import cap_exchanges
 from lychee_ray.runtime.stage import Resources, Stage
 from lychee_ray.schemas import Conversation, Segment
@@ -223,11 +224,11 @@ class SegmentStage(Stage[Conversation]):
     name = "segment"
     resources = Resources(num_cpus=0.5, batch_size=8)  # stateless numpy: plain tasks
 
-    def __init__(self, seg_cfg: SegmenterConfig, mode: str = "segment", window_exchanges: int = 6, tokenizer: str | None = None):
-        self.cfg = seg_cfg
-        self.mode = mode
-        self.window = window_exchanges
-        self.tokenizer = tokenizer  # a spec for token_counter (LycheeConfig.tokenizer_spec); None: o200k
+    def __init__(self, cfg: LycheeConfig):
+        self.cfg = cfg.segmenter
+        self.mode = cfg.encoder.mode
+        self.window = cfg.encoder.window_exchanges
+        self.tokenizer = cfg.tokenizer_spec  # a spec for token_counter; None: o200k
         self._counter: TokenCounter | None = None
 
     @property

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from lychee_ray.config import RayConfig
+from lychee_ray.config_sections import RayConfig
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,11 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from lychee_ray.schemas import (
-    EncodedRecord,
-    EncodeOutput,
-    ResolutionState,
-)
+from lychee_ray.schemas import EncodedRecord, EncodeOutput, ResolutionState
 from lychee_ray.tokens import TokenCounter, token_counter
 
 
