@@ -17,7 +17,8 @@ import sys
 
 from lychee_ray.ablate.grid import load_grid
 from lychee_ray.ablate.runner import run_ablation
-from lychee_ray.config import ConfigError, load_config
+from lychee_ray.config import load_config
+from lychee_ray.config_sections import ConfigError
 from lychee_ray.evaluate.job import run_evaluate
 from lychee_ray.ingest.job import REDO_STATUSES, run_ingest
 from lychee_ray.io.fs import PathProblem, os_reason

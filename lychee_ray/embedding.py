@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lychee_ray.config import EmbeddingConfig
+from lychee_ray.config_sections import EmbeddingConfig
 from lychee_ray.redact import mask_url, redact
 
 log = logging.getLogger(__name__)
@@ -123,14 +123,7 @@ class _OpenAIEmbeddingBackend:
         import openai
 
         self.cfg = cfg
-        key = os.environ.get(cfg.api_key_env)
-        if not key:
-            if cfg.base_url is None:
-                raise EmbeddingError(
-                    f"embedding.backend=openai without embedding.base_url needs an API key: set the environment "
-                    f"variable {cfg.api_key_env} (named by embedding.api_key_env)"
-                )
-            key = "EMPTY"  # vLLM, TEI and other local servers accept any key
+        key = cfg.api_key("embedding")
         self._secrets = [key] if key != "EMPTY" else []  # masked in every error message
         # The client retries 408/409/429/5xx, timeouts and refused connections with exponential
         # backoff (honouring retry-after); nothing here loops on its own.

@@ -24,7 +24,7 @@ from pathlib import Path
 import tiktoken
 import tiktoken_ext.openai_public as openai_public
 
-from lychee_ray.config import ConfigError
+from lychee_ray.config_sections import ConfigError
 
 
 def _cache_dir() -> Path:

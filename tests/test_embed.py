@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from lychee_ray.config import EmbeddingConfig
+from lychee_ray.config_sections import EmbeddingConfig
 from lychee_ray.embedding import Embedder
 
 

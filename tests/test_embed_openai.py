@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from lychee_ray.config import ConfigError, EmbeddingConfig, load_config
+from lychee_ray.config import load_config
+from lychee_ray.config_sections import ConfigError, EmbeddingConfig
 from lychee_ray.embedding import Embedder, EmbeddingError
 from tests.support.fake_openai import embedding_for
 from tests.support.locomo_cut import cut_locomo

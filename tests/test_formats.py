@@ -20,7 +20,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.readers.common import SKIP_KINDS
 from lychee_ray.io.readers.files import iter_conversations, list_input_files, read_file
 

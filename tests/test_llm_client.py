@@ -14,7 +14,7 @@ import urllib.request
 import jsonschema
 import pytest
 
-from lychee_ray.config import LLMConfig
+from lychee_ray.config_sections import LLMConfig
 from lychee_ray.llm.client import LLMClient, LLMResult, Usage
 from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.schemas import AnswerOutput, EncodeOutput, JudgeOutput, QueryPlan

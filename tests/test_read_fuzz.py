@@ -22,7 +22,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lychee_ray.config import ReadConfig
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.readers.files import list_input_files, read_file
 
 DEEP = b"[" * 3_000 + b"]" * 3_000  # past the parser's recursion limit

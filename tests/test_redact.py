@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lychee_ray.config import ConfigError, LLMConfig, LycheeConfig, load_config
+from lychee_ray.config import LycheeConfig, load_config
+from lychee_ray.config_sections import ConfigError, LLMConfig
 from lychee_ray.evaluate.report import backend_label
 from lychee_ray.llm.client import LLMClient
 from lychee_ray.redact import mask_url, redact

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from lychee_ray.config import SegmenterConfig
+from lychee_ray.config_sections import SegmenterConfig
 from lychee_ray.ingest.segment import (
     OnlineSegmenter,
     cohesion,

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import weakref
 from dataclasses import dataclass, fields
@@ -41,7 +40,7 @@ from typing import Any, Callable
 import openai
 from pydantic import BaseModel, ValidationError
 
-from lychee_ray.config import LLMConfig
+from lychee_ray.config_sections import LLMConfig
 from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.redact import mask_url, redact
 
@@ -158,6 +157,11 @@ class CircuitBreaker:
 # --------------------------------------------------------------------------------------------
 # The client
 # --------------------------------------------------------------------------------------------
+def llm_client(cfg: LLMConfig) -> "LLMClient | None":
+    """A client for `cfg`'s endpoint, or None under the rules backend (no LLM is asked)."""
+    return LLMClient(cfg) if cfg.backend == "openai" else None
+
+
 def run_closing(coro, client: "LLMClient | None"):
     """asyncio.run(coro), closing the client's HTTP pool on that loop before the loop ends
     (a pool collected after its loop closed logs "Event loop is closed" tracebacks)."""
@@ -182,15 +186,7 @@ class LLMClient:
 
     def __init__(self, cfg: LLMConfig):
         self.cfg = cfg
-        key = os.environ.get(cfg.api_key_env)
-        if not key:
-            if cfg.base_url is None:
-                raise ValueError(
-                    f"llm.backend=openai without llm.base_url needs an API key: set the environment "
-                    f"variable {cfg.api_key_env} (named by llm.api_key_env)"
-                )
-            key = "EMPTY"  # vLLM and other local servers accept any key
-        self._api_key = key
+        self._api_key = cfg.api_key("llm")
         # one breaker per client, across event loops: an endpoint that is down stays down
         self.breaker = CircuitBreaker(cfg.breaker_failures, cfg.breaker_cooldown_s, endpoint_name(cfg.base_url))
         self._loop_ref: weakref.ref | None = None
