@@ -1,4 +1,4 @@
-"""jobs/serve_llm.py (Ray Serve LLM deploy config) and configs/vllm.yaml, configs/openai.yaml.
+"""lychee_ray/llm/serve_llm.py and jobs/serve_llm.py (Ray Serve LLM deploy config) and configs/vllm.yaml, configs/openai.yaml.
 
 Runs offline without vllm: the Serve config is a pure dict. Where optional pieces are
 installed, it is also checked against Ray's own models (PlacementGroupConfig always: it ships
@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from lychee_ray.config import LycheeConfig, load_config
+from lychee_ray.llm import serve_llm as sl
 
 from .conftest import REPO
 
@@ -31,7 +32,7 @@ def _load_serve_llm():
     return mod
 
 
-sl = _load_serve_llm()
+job = _load_serve_llm()
 
 
 def _app(serve_cfg: dict) -> tuple[dict, dict]:
@@ -118,10 +119,10 @@ def test_rejects_inconsistent_config():
 
 def test_dump_writes_the_config_without_ray(tmp_path, capsys):
     out = tmp_path / "serve.yaml"
-    assert sl.main(["--config", str(CONFIGS / "cluster.yaml"), "--max-replicas", "2", "--dump", str(out)]) == 0
+    assert job.main(["--config", str(CONFIGS / "cluster.yaml"), "--max-replicas", "2", "--dump", str(out)]) == 0
     dumped = yaml.safe_load(out.read_text())
     assert dumped == sl.build_serve_llm_config(load_config(CONFIGS / "cluster.yaml"), max_replicas=2)
-    assert sl.main(["--config", str(CONFIGS / "cluster.yaml"), "--set", "llm.model=other", "--dump", "-"]) == 2
+    assert job.main(["--config", str(CONFIGS / "cluster.yaml"), "--set", "llm.model=other", "--dump", "-"]) == 2
     assert "404" in capsys.readouterr().err
 
 
@@ -221,7 +222,7 @@ def test_openai_config():
 def test_configs_reject_typos(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((CONFIGS / "vllm.yaml").read_text().replace("max_num_seqs:", "max_num_seq:"))
-    from lychee_ray.config import ConfigError
+    from lychee_ray.config_sections import ConfigError
 
     with pytest.raises(ConfigError):
         load_config(bad)

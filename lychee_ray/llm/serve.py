@@ -24,8 +24,12 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from lychee_ray.config import ConfigError, LycheeConfig, ServeConfig, load_config
+import yaml
+
+from lychee_ray.config import LycheeConfig, load_config
+from lychee_ray.config_sections import ConfigError, ServeConfig
 
 STOP_GRACE_S = 30.0  # SIGTERM -> SIGKILL
 POLL_S = 0.5
@@ -35,33 +39,84 @@ class ServeError(RuntimeError):
     pass
 
 
+# The engine settings `serve:` types, by vLLM's argument name (`extra_args` must not repeat them).
+TYPED_ENGINE_ARGS = {
+    "max_num_seqs": "serve.max_num_seqs",
+    "max_model_len": "serve.max_model_len",
+    "gpu_memory_utilization": "serve.gpu_memory_utilization",
+    "tensor_parallel_size": "serve.tensor_parallel_size",
+    "enable_prefix_caching": "serve.enable_prefix_caching",
+}
+
+
+def engine_args(cfg: ServeConfig) -> dict[str, Any]:
+    """The one mapping of `serve:` to vLLM engine arguments (by vLLM's names), shared by the
+    local server (`build_vllm_command`) and Ray Serve LLM (`serve_llm.build_serve_llm_config`)."""
+    return {
+        "max_num_seqs": cfg.max_num_seqs,
+        "max_model_len": cfg.max_model_len,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "tensor_parallel_size": cfg.tensor_parallel_size,
+        "enable_prefix_caching": cfg.enable_prefix_caching,
+        # usage.prompt_tokens_details.cached_tokens (build_stats.cached_tokens) needs this
+        "enable_prompt_tokens_details": True,
+    }
+
+
+def cli_args_to_engine_kwargs(args: list[str]) -> dict[str, Any]:
+    """vLLM CLI flags (serve.extra_args) -> engine kwargs.
+
+    `--max-num-batched-tokens 16384` / `--max-num-batched-tokens=16384` -> {"max_num_batched_tokens": 16384};
+    a bare `--enforce-eager` -> True; `--no-enable-chunked-prefill` -> {"enable_chunked_prefill": False}.
+    Values are parsed as YAML scalars (ints, floats, booleans, JSON objects).
+    """
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("--") or token == "--":
+            raise ValueError(f"serve.extra_args: expected a --flag, got {token!r}")
+        name, has_eq, raw = token[2:].partition("=")
+        if has_eq:
+            value: Any = yaml.safe_load(raw) if raw else ""
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            i += 1
+            value = yaml.safe_load(args[i])
+        elif name.startswith("no-"):
+            name, value = name[3:], False
+        else:
+            value = True
+        key = name.replace("-", "_")
+        if key in out:
+            raise ValueError(f"serve.extra_args sets --{name} twice")
+        out[key] = value
+        i += 1
+    return out
+
+
+def _flags(args: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False:
+            out.append("--no-" + key.replace("_", "-"))
+        else:
+            out += [flag, str(value)]
+    return out
+
+
 def build_vllm_command(cfg: ServeConfig) -> list[str]:
     """argv that starts vLLM's OpenAI-compatible server for `cfg`."""
     cmd = [
-        cfg.python or sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        cfg.model,
-        "--served-model-name",
-        cfg.served_model_name or cfg.model,
-        "--host",
-        cfg.host,
-        "--port",
-        str(cfg.port),
-        "--max-num-seqs",
-        str(cfg.max_num_seqs),
-        "--max-model-len",
-        str(cfg.max_model_len),
-        "--gpu-memory-utilization",
-        str(cfg.gpu_memory_utilization),
-        "--tensor-parallel-size",
-        str(cfg.tensor_parallel_size),
-        "--enable-prefix-caching" if cfg.enable_prefix_caching else "--no-enable-prefix-caching",
-        # usage.prompt_tokens_details.cached_tokens (build_stats.cached_tokens) needs this flag.
-        "--enable-prompt-tokens-details",
+        cfg.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", cfg.model,
+        "--served-model-name", cfg.served_model_name or cfg.model,
+        "--host", cfg.host,
+        "--port", str(cfg.port),
     ]
-    return cmd + list(cfg.extra_args)
+    return cmd + _flags(engine_args(cfg)) + list(cfg.extra_args)
 
 
 def base_url(cfg: ServeConfig) -> str:
