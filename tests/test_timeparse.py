@@ -13,9 +13,9 @@ from datetime import date, datetime, timezone
 import pytest
 
 from lychee_ray.dates import parse_source_datetime
+from lychee_ray.rules.planner import resolve_question_window
 from lychee_ray.rules.timeparse import (
     find_time_expressions,
-    resolve_question_window,
     to_normalized,
 )
 from lychee_ray.schemas import NormalizedTime

@@ -7,7 +7,10 @@ given; with them, entities are the known names the question mentions (aliases in
 
 from __future__ import annotations
 
+from datetime import date, datetime, timedelta
 from typing import Sequence
+
+from lychee_ray.dates import as_date
 
 from lychee_ray.rules.entities import (
     AND_SPLIT_RE,
@@ -24,12 +27,9 @@ from lychee_ray.rules.lexicon import (
     STOPWORDS,
 )
 from lychee_ray.rules.text import WORD_RE, norm_token, normalize_text, topics_for
-from lychee_ray.rules.timeparse import find_time_expressions, resolve_question_window
-from lychee_ray.schemas import (
-    QueryPlan,
-    Route,
-    TimeWindow,
-)
+from lychee_ray.rules.time_patterns import AFTER_MOD_RE, BEFORE_MOD_RE
+from lychee_ray.rules.timeparse import find_hits, find_time_expressions
+from lychee_ray.schemas import QueryPlan, Route, TimeWindow
 
 
 class RulesPlanner:
@@ -94,3 +94,28 @@ def _candidate_names(words: list[str]) -> list[str]:
             if len(ws) > 1:
                 out.extend(ws)
     return out
+
+
+def resolve_question_window(question: str, question_date: date | datetime | str | None) -> tuple[str | None, str | None] | None:
+    """The time window a question asks about, as ISO (start, end), or None when it names no
+    time. "before X" / "until X" open the start (None), "after X" opens the end; "since X"
+    runs to the question date. Several expressions give their union."""
+    a = as_date(question_date)
+    hits = find_hits(question or "", a)
+    if not hits:
+        return None
+    starts: list[date | None] = []
+    ends: list[date | None] = []
+    for h in hits:
+        s, e = h.s, h.e
+        if BEFORE_MOD_RE.search(question, max(0, h.start - 12), h.start):
+            s, e = None, h.s - timedelta(days=1)
+        elif h.label.startswith("since"):
+            e = a if a is not None and a >= h.s else None
+        elif AFTER_MOD_RE.search(question, max(0, h.start - 8), h.start):
+            s, e = h.e + timedelta(days=1), None
+        starts.append(s)
+        ends.append(e)
+    start = None if any(s is None for s in starts) else min(starts)
+    end = None if any(e is None for e in ends) else max(ends)
+    return (start.isoformat() if start else None, end.isoformat() if end else None)
