@@ -47,9 +47,16 @@ def ray_local():
     ray.shutdown()
 
 
-from .support.fixtures import fake_openai, tiny_model_dir, vllm_server  # noqa: E402,F401  (LLM-path fixtures)
-from .support.locomo_store import fixture_store, local_embedder, locomo_dev_store  # noqa: E402,F401  (one LoCoMo store per session)
-
+from .support.fixtures import (  # noqa: E402,F401  (LLM-path fixtures)
+    fake_openai,
+    tiny_model_dir,
+    vllm_server,
+)
+from .support.locomo_store import (  # noqa: E402,F401  (one LoCoMo store per session)
+    fixture_store,
+    local_embedder,
+    locomo_dev_store,
+)
 
 # --------------------------------------------------------------------------------------------
 # Skip policy

@@ -13,7 +13,12 @@ from lychee_ray.config import load_config
 from lychee_ray.evaluate.answers import ANSWERS_SCHEMA, answer_row
 from lychee_ray.evaluate.metrics import counts_as_correct
 from lychee_ray.evaluate.questions import QAItem
-from lychee_ray.evaluate.report import CORRECT_SQL, _category_rows, _not_counted_as_correct, longmemeval_lines
+from lychee_ray.evaluate.report import (
+    CORRECT_SQL,
+    _category_rows,
+    _not_counted_as_correct,
+    longmemeval_lines,
+)
 
 from .conftest import REPO
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from lychee_ray.llm.prompts import (
     ANSWER_SYSTEM,
     BENCHMARKS,
-    EvidenceItem,
     LONGMEMEVAL_TYPES,
     PLAN_SYSTEM,
+    EvidenceItem,
     answer_messages,
     format_evidence,
     locomo_judge_messages,

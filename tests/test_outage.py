@@ -14,14 +14,18 @@ import copy
 import json
 import re
 
-import pytest
-
 from lychee_ray.cli import main
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.rows import conversation_rows, turns_in
 
 from .conftest import REPO
-from .test_encode_llm import cut_file, encode, llm_cfg, requests_by_segment, segmented  # noqa: F401  (fixtures)
+from .test_encode_llm import (  # noqa: F401  (fixtures)
+    cut_file,
+    encode,
+    llm_cfg,
+    requests_by_segment,
+    segmented,
+)
 
 LOCAL = REPO / "configs" / "local.yaml"
 TABLES_OF_WORK = ("turns", "segments", "records", "nodes", "record_nodes", "build_stats", "questions")

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import copy
-import base64
 import functools
 import hashlib
 import json
