@@ -15,7 +15,7 @@ conversations (long replies with lists, steps, code, versions and commands). Que
 - temporal: when an event happened, resolved from an absolute date ("on 14 March") or a relative
   one ("last Saturday", "two weeks ago", "yesterday") against the session date (`calendar`);
   which of two events came first; how many weeks between two (roles first_event/second_event);
-- knowledge_update: a value replaced later (moved house, new job, "300 ms" then "250 ms"); asks
+- knowledge_update: a value replaced later (moved house, new job, "420 ms" revised to "180 ms"); asks
   the current value; roles original_info/updated_info; a `supersedes` change;
 - contradiction: "I have never ..." then a turn where they did; roles first_statement /
   second_statement; a `contradicts` change;

@@ -85,7 +85,7 @@ def probing_question(conv: Conversation, q: Question) -> dict:
         entry["source_chat_ids"] = by_role
     elif kind != "abstention":
         entry["source_chat_ids"] = [message_index(conv, ref) for ref, _ in evidence]
-    entry["rubric"] = q.rubric or [f"LLM response should state: {q.answer}"]
+    entry["rubric"] = q.rubric or [f"The answer states: {q.answer}"]
     return entry
 
 

@@ -92,9 +92,9 @@ class Builder:
         """Reserve runs of turns: each (length, first speaker); their first positions."""
         return self.board.place([Step(n, who) for n, who in steps], self.rng, spread)
 
-    def say(self, ref: TurnRef, text: str, kind: str = "plant", followup: bool = False) -> TurnRef:
+    def say(self, ref: TurnRef, text: str, followup: bool = False) -> TurnRef:
         who = self.speakers[Board.speaker_of(ref.position)]
-        self.lines[ref] = Turn(ref, who, text, kind, followup)
+        self.lines[ref] = Turn(ref, who, text, followup)
         return ref
 
     def session_day(self, ref: TurnRef) -> date:
@@ -107,6 +107,8 @@ class Builder:
         shown = expression if kind == "event" else value
         if not shown or not contains(text, shown):
             raise LabelError(f"{self.conversation_id}: turn {ref} does not state {shown!r}: {text!r}")
+        if expression and expression.startswith("on "):
+            self.pool.claim(expression.removeprefix("on "))  # a written date, like any value, names one thing
         fact = Fact(f"{self.conversation_id}:f{len(self.facts):03d}", subject, attribute, value, ref, kind, expression, day)
         self.facts.append(fact)
         return fact

@@ -84,13 +84,13 @@ def recent_day(rng: random.Random, said_on: date, most: int = 20) -> date:
 # How each format writes a session time
 # --------------------------------------------------------------------------------------------
 def locomo_stamp(t: datetime) -> str:
-    """LoCoMo's "1:56 pm on 8 May, 2023"."""
+    """LoCoMo's "3:07 pm on 14 March, 2024"."""
     hour = t.hour % 12 or 12
     return f"{hour}:{t.minute:02d} {'am' if t.hour < 12 else 'pm'} on {t.day} {MONTH_NAMES[t.month - 1]}, {t.year}"
 
 
 def longmemeval_stamp(t: datetime) -> str:
-    """LongMemEval's "2023/05/25 (Thu) 20:21"."""
+    """LongMemEval's "2024/03/14 (Thu) 15:07"."""
     return f"{t.year}/{t.month:02d}/{t.day:02d} ({WEEKDAYS[t.weekday()][:3]}) {t.hour:02d}:{t.minute:02d}"
 
 

@@ -16,7 +16,7 @@ from lychee_ray.synth.build import Builder, LabelError, a, contains
 from lychee_ray.synth.calendar import day_text, describe_past, recent_day
 from lychee_ray.synth.layout import Board, NoRoom
 from lychee_ray.synth.model import Fact, TurnRef
-from lychee_ray.synth.people import PLACES, Person, new_person, new_relative, statement
+from lychee_ray.synth.people import PLACES, Person, new_relative, statement
 from lychee_ray.synth.pool import Exhausted
 from lychee_ray.synth.words import (
     COLOURS,
@@ -46,7 +46,7 @@ class Cast:
 
 
 def contradiction_answer(who: str, pronoun: str, first: str, second: str) -> str:
-    return f"There is contradictory information: {who} said {pronoun} had {first}, but also said {pronoun} {second}."
+    return f"The conversation contradicts itself: {who} said {pronoun} had {first}, and also that {pronoun} {second}."
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,6 +165,7 @@ def relation_then_fact(b: Builder, cast: Cast) -> None:
     fact = b.fact(later, person.name, said.attribute, said.value)
     b.ask(said.question.format(who=f"{cast.name(who)}'s {person.relation}"), said.value, "multi_hop", [link, fact], difficulty="medium")
     b.mention(who, f"My {person.relation} called me earlier.")
+    b.mention(None, b.rng.choice(PERSON_MENTIONS).format(name=person.name))
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,7 +236,7 @@ def event_weeks(b: Builder, cast: Cast) -> None:
     second = b.rng.choice(later)
     facts = [_event_turn(b, e, r, d) for e, r, d in zip(events, refs, (first, second))]
     weeks = (second - first).days // 7
-    b.ask(f"How many weeks passed between {events[0].doing} and {events[1].doing}?", f"{weeks} week{'s' if weeks > 1 else ''}",
+    b.ask(f"How many weeks apart were {events[0].doing} and {events[1].doing}?", f"{weeks} week{'s' if weeks > 1 else ''}",
           "temporal", facts, ["first_event", "second_event"], difficulty="medium")
 
 
@@ -311,7 +312,7 @@ def never_mentioned(b: Builder, cast: Cast) -> None:
         "place": f"When did {name} visit {term}?",
         "relation": f"What does {name}'s {term} do for work?",
     }[kind]
-    b.ask(question, "not mentioned", "abstention", [], never_said=term, rubric=[f"Based on the provided chat, there is no information related to {term}"])
+    b.ask(question, "not mentioned", "abstention", [], never_said=term, rubric=[f"The answer says {term} never came up"])
 
 
 # Multi-session plots first: they need room in particular sessions, single turns fit anywhere.
@@ -335,6 +336,6 @@ def filler(b: Builder, cast: Cast, ref: TurnRef, mentions: list[str]) -> str:
     who = Board.speaker_of(ref.position)
     if ref.position <= 2:
         return f"{b.rng.choice(GREETINGS).format(other=cast.name(1 - who))} {b.rng.choice(SMALL_TALK)}"
-    if mentions and b.rng.random() < 0.6:
+    if mentions and b.rng.random() < 0.85:
         return mentions.pop(0)
     return b.rng.choice(REACTIONS + SMALL_TALK)

@@ -78,7 +78,7 @@ def plant(b: Builder, plots: list[Callable[[Builder], None]]) -> None:
 def fill_chitchat(b: Builder, cast: chitchat.Cast, words: int) -> None:
     queues = [[m.text for m in b.mentions if m.speaker in (None, who)] for who in (0, 1)]
     for ref in b.board.free():
-        b.say(ref, chitchat.filler(b, cast, ref, queues[Board.speaker_of(ref.position)]), kind="greeting" if ref.position <= 2 else "filler")
+        b.say(ref, chitchat.filler(b, cast, ref, queues[Board.speaker_of(ref.position)]))
     for turn in b.lines.values():
         turn.text = padded(b.rng, turn.text, words, SMALL_TALK)
 

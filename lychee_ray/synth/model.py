@@ -22,7 +22,6 @@ class Turn:
     ref: TurnRef
     speaker: str  # a chit-chat speaker's name, or "user" / "assistant"
     text: str
-    kind: str = "filler"  # "plant" (holds a labelled fact), "filler", "greeting"
     followup: bool = False  # a work user turn that follows up on the reply before it (BEAM)
 
 
@@ -97,9 +96,6 @@ class Conversation:
 
     def turns(self) -> list[Turn]:
         return [t for s in self.sessions for t in s.turns]
-
-    def turn(self, ref: TurnRef) -> Turn:
-        return self.sessions[ref.session - 1].turns[ref.position - 1]
 
     def session_date(self, ref: TurnRef) -> date:
         return self.sessions[ref.session - 1].start.date()

@@ -42,10 +42,6 @@ class Person:
     def object(self) -> str:
         return "her" if self.pronoun == "she" else "him"
 
-    @property
-    def possessive(self) -> str:
-        return "her" if self.pronoun == "she" else "his"
-
 
 def new_person(b: Builder, pronoun: str = "", relation: str | None = None) -> Person:
     """A person with a stem no one else in the conversation has, and a name no value clashes with."""

@@ -48,6 +48,3 @@ class ValuePool:
             if not self.clashes(value):
                 return self.claim(value)
         raise Exhausted("no free value after many tries")
-
-    def is_used(self, value: str) -> bool:
-        return value.lower() in self._used

@@ -58,7 +58,7 @@ FIRSTS = (
 )
 # a number that gets revised: (attribute, first statement, later statement, question); {n} is the value
 NUMBERS = (
-    ("best 5K time", "My best 5K time is {n}.", "New personal best in the 5K: {n}!", "What is {who}'s best 5K time?", "minutes", (22, 35)),
+    ("longest swim", "My longest swim so far is {n} in one go.", "New record at the pool: {n} in one go!", "What is {who}'s longest swim?", "lengths", (20, 90)),
     ("commute", "My commute takes {n} each way.", "Good news: my commute is down to {n} each way.", "How long is {who}'s commute?", "minutes", (12, 70)),
     ("books read this year", "I've read {n} this year so far.", "Update on my reading: I'm at {n} this year.", "How many books has {who} read this year?", "books", (3, 40)),
 )
@@ -118,8 +118,3 @@ PERSON_MENTIONS = (
     "{name} sent me a funny message earlier.", "I should invite {name} round sometime.",
     "{name} asked about you.", "I owe {name} a long letter.", "{name} would love this story.",
 )  # fmt: skip
-PET_MENTIONS = (
-    "{name} was snoring on the sofa all evening.", "{name} stole a sock again.", "{name} has been extra clingy.",
-    "{name} refused to come inside for ages.", "{name} knocked a cup off the table.",
-)  # fmt: skip
-PLACE_MENTIONS = ("The bakery in {name} has a new owner.", "I drove through {name} on the way back.", "There was a fair in {name}, apparently.")

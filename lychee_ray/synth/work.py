@@ -18,7 +18,6 @@ from lychee_ray.synth.work_words import (
     ACKS,
     ASK_OPENERS,
     COLUMNS,
-    COMPONENTS,
     CONTRADICTED_TOOLS,
     DECISIONS,
     ENDPOINTS,
@@ -165,8 +164,8 @@ def revised_value(b: Builder, p: Project) -> None:
         component = p.component(b)
         old = b.pool.draw_made(lambda r: f"{r.randrange(300, 900)} ms")
         new = b.pool.draw_made(lambda r: f"{r.randrange(60, 290)} ms")
-        texts = (f"The {component} answers in {old} on average right now.", f"After the caching change, the {component} is down to {new} on average.")
-        _update(b, p, component, "response time", texts, (old, new), f"What is the average response time of the {component}?")
+        texts = (f"The {component} takes {old} per request at the moment.", f"With the new index in place, the {component} takes {new} per request.")
+        _update(b, p, component, "latency", texts, (old, new), f"How long does the {component} take per request now?")
         b.mention(None, component)
     elif choice == 1:
         tool, low, high = b.rng.choice(TOOLS)
@@ -179,7 +178,7 @@ def revised_value(b: Builder, p: Project) -> None:
         days = [b.session_day(r) + timedelta(days=b.rng.randrange(10, 60)) for r in refs]
         if days[0] == days[1]:
             raise NoRoom("the deadline did not move")
-        values = (day_text(days[0]), day_text(days[1]))
+        values = (b.pool.claim(day_text(days[0])), b.pool.claim(day_text(days[1])))
         b.claim(milestone, "due date")
         _pair(b, p, refs[0], f"The {milestone} is due on {values[0]}.")
         _pair(b, p, refs[1], f"Heads up: the {milestone} has moved to {values[1]}.")
@@ -202,9 +201,9 @@ def never_then_did(b: Builder, p: Project) -> None:
     first, second = f"never used {tool}", f"set up {tool}"
     facts = [b.fact(refs[0], p.user, f"uses {tool}", first, kind="statement"), b.fact(refs[1], p.user, f"uses {tool}", second, kind="statement")]
     b.change("contradicts", *facts)
-    answer = f"There is contradictory information: you said you had {first} in {p.name}, but you also said you {second} for the {component}."
+    answer = f"The conversation contradicts itself: you said you had {first} in {p.name}, and later that you {second} for the {component}."
     b.ask(f"Have I used {tool} in {p.name}?", answer, "contradiction", facts, ["first_statement", "second_statement"], difficulty="clear",
-          rubric=["LLM response should state: there is contradictory information", f"LLM response should mention: {first}", f"LLM response should mention: {second}"])
+          rubric=["The answer points out the contradiction", f"The answer mentions: {first}", f"The answer mentions: {second}"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,7 +212,7 @@ def never_then_did(b: Builder, p: Project) -> None:
 def _finished(b: Builder, p: Project, ref: TurnRef, thing: str, day) -> Fact:
     expression = describe_past(b.rng, day, b.session_day(ref))
     _pair(b, p, ref, f"I finished the {thing} {expression}.")
-    return b.fact(ref, p.user, f"finished the {thing}", day.isoformat(), kind="event", expression=expression, day=day)
+    return b.fact(ref, p.user, thing, day.isoformat(), kind="event", expression=expression, day=day)
 
 
 def _thing(b: Builder, p: Project) -> str:
@@ -226,9 +225,9 @@ def deadline(b: Builder, p: Project) -> None:
     (ref,) = b.place((2, 0))
     day = b.session_day(ref) + timedelta(days=b.rng.randrange(5, 30))
     expression = f"on {day_text(day)}"
-    _pair(b, p, ref, f"Sprint {sprint} ends {expression}.")
+    _pair(b, p, ref, f"Sprint {sprint} wraps up {expression}.")
     fact = b.fact(ref, p.name, f"sprint {sprint} end", day.isoformat(), kind="event", expression=expression, day=day)
-    b.ask(f"When does sprint {sprint} end?", day_text(day), "temporal", [fact])
+    b.ask(f"On what date does sprint {sprint} wrap up?", day_text(day), "temporal", [fact])
 
 
 def finished_when(b: Builder, p: Project) -> None:
@@ -251,7 +250,7 @@ def weeks_to_milestone(b: Builder, p: Project) -> None:
     _pair(b, p, refs[1], f"The {milestone} is scheduled {expression}.")
     second = b.fact(refs[1], milestone, "date", due.isoformat(), kind="event", expression=expression, day=due)
     weeks = (due - done).days // 7
-    b.ask(f"How many weeks are there between finishing the {thing} and the {milestone}?", f"{weeks} week{'s' if weeks > 1 else ''}",
+    b.ask(f"How many weeks separate the day I finished the {thing} from the {milestone}?", f"{weeks} week{'s' if weeks > 1 else ''}",
           "temporal", [first, second], ["first_event", "second_event"], difficulty="medium")
 
 
@@ -276,7 +275,7 @@ def spread_list(b: Builder, p: Project) -> None:
         table = b.pool.draw(TABLES)
         items = [b.pool.draw(COLUMNS), b.pool.draw(COLUMNS)]
         texts = (f"I want to add a `{items[0]}` column to the `{table}` table.", f"One more change for `{table}`: I am adding a `{items[1]}` column as well.")
-        subject, attribute, question = table, "new column", f"Which new columns did I plan to add to the {table} table?"
+        subject, attribute, question = table, "new column", f"Which two fields did I say I would add to the {table} table?"
     else:
         subject = p.component(b)
         items = [b.pool.draw(ENDPOINTS), b.pool.draw(ENDPOINTS)]
@@ -297,8 +296,8 @@ def mention_order(b: Builder, p: Project) -> None:
         _pair(b, p, ref, opener.format(f=feature))
         facts.append(b.fact(ref, p.user, "brought up", feature, kind="topic"))
     shown = b.rng.sample(features, 3)
-    b.ask(f"In what order did I bring up the {shown[0]}, the {shown[1]} and the {shown[2]}?", ", ".join(features), "event_ordering", facts,
-          difficulty="hard", rubric=[f"LLM response should state: {f}" for f in features])
+    b.ask(f"Put these in the order I first raised them: the {shown[0]}, the {shown[1]}, the {shown[2]}.", ", ".join(features), "event_ordering", facts,
+          difficulty="hard", rubric=[f"The answer places the {f} at position {i}" for i, f in enumerate(features, start=1)])
 
 
 def decisions(b: Builder, p: Project) -> None:
@@ -311,15 +310,15 @@ def decisions(b: Builder, p: Project) -> None:
         _pair(b, p, ref, f"I have decided to {decision}.")
         facts.append(b.fact(ref, component, "decision", decision, kind="decision"))
     summary = f"You decided to {chosen[0]}; then to {chosen[1]}; and then to {chosen[2]}."
-    b.ask(f"Can you summarize what I decided about the {component}?", summary, "summarization", facts, difficulty="hard",
-          rubric=[f"LLM response should contain: {d}" for d in chosen])
+    b.ask(f"Give me a summary of what I decided about the {component}.", summary, "summarization", facts, difficulty="hard",
+          rubric=[f"The answer mentions the decision to {d}" for d in chosen])
 
 
 def never_mentioned(b: Builder, p: Project) -> None:
     term = b.rng.choice(NEVER_SAID)
     b.claim("never said", term)
     question = b.rng.choice((f"What did I decide about {term} for {p.name}?", f"When did I add {term} to {p.name}?"))
-    b.ask(question, "not mentioned", "abstention", [], never_said=term, rubric=[f"Based on the provided chat, there is no information related to {term}"])
+    b.ask(question, "not mentioned", "abstention", [], never_said=term, rubric=[f"The answer says {term} never came up"])
 
 
 PLOTS = (
@@ -340,7 +339,7 @@ def filler_pair(b: Builder, p: Project, ref: TurnRef, components: list[str]) -> 
     task = b.rng.choice(TASKS)
     followup = ref.position > 1 and b.rng.random() < 0.25
     ask = b.rng.choice(FOLLOWUPS if followup else ASK_OPENERS).format(component=component, task=task)
-    b.say(ref, ask, kind="filler", followup=followup)
+    b.say(ref, ask, followup=followup)
     lead = f"Sure, here is how I would go about {task} in the {component}."
-    b.say(TurnRef(ref.session, ref.position + 1), p.writer.reply(lead, component, task), kind="filler")
+    b.say(TurnRef(ref.session, ref.position + 1), p.writer.reply(lead, component, task))
 

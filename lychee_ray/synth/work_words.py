@@ -10,11 +10,11 @@ from __future__ import annotations
 PROJECT_HEADS = ("Lark", "Tide", "Quill", "Ember", "Salt", "Copper", "Night", "Raven", "Moss", "Flint", "Amber", "Birch")
 PROJECT_TAILS = ("spur", "well", "mark", "line", "gate", "field", "stone", "loft", "crest", "wright")
 PROJECT_KINDS = (
-    "budget tracker", "inventory service", "recipe planner", "clinic booking app", "fleet telemetry dashboard",
+    "seed library catalogue", "inventory service", "recipe planner", "clinic booking app", "fleet telemetry dashboard",
     "library loans system", "event ticketing site", "greenhouse sensor monitor", "freelance invoicing tool",
 )  # fmt: skip
 COMPONENTS = (
-    "dashboard API", "ingest worker", "search endpoint", "billing job", "notification queue", "report exporter",
+    "metrics API", "ingest worker", "search endpoint", "billing job", "notification queue", "report exporter",
     "admin panel", "auth service", "upload handler", "scheduler", "pricing engine", "audit trail",
 )  # fmt: skip
 # features the user brings up one after another (event ordering): each is named only there
@@ -28,7 +28,7 @@ CONTRADICTED_TOOLS = ("Redis", "Celery", "Docker", "Kafka", "RabbitMQ", "Elastic
 LIBRARIES = ("httpx", "orjson", "tenacity", "structlog", "alembic", "uvicorn", "ruff", "mypy", "click", "gunicorn", "pydantic", "jinja2")
 MILESTONES = ("beta launch", "security review", "public release", "data migration", "load test", "design freeze", "partner demo")
 PAST_WORK = ("first version of the {component}", "load testing of the {component}", "code review of the {component}", "migration of the {component}", "cleanup of the {component}")
-TABLES = ("transactions", "invoices", "customers", "shipments", "bookings", "devices", "vendors", "payouts")
+TABLES = ("receipts", "invoices", "customers", "shipments", "bookings", "devices", "vendors", "payouts")
 COLUMNS = (
     "merchant_code", "receipt_url", "memo_text", "tax_region", "due_window", "risk_score", "archived_at",
     "external_ref", "batch_tag", "review_state", "origin_hint", "settled_on",
@@ -39,7 +39,7 @@ TABLE_WORDS = (("refund", "requests"), ("login", "attempts"), ("price", "snapsho
 # (value, the question that tests it, what a compliant answer does)
 PREFERENCES = (
     ("plain SQL over an ORM", "How should I write the new report queries?"),
-    ("the standard library over extra dependencies", "How should I parse the settings file?"),
+    ("the standard library wherever it is enough", "How should I parse the settings file?"),
     ("small functions with type hints", "How would you restructure the importer module?"),
     ("pytest over unittest", "How should I test the retry logic?"),
     ("structured JSON logs", "How should the services log their errors?"),
