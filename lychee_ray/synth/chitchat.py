@@ -16,7 +16,7 @@ from lychee_ray.synth.build import Builder, LabelError, a, contains
 from lychee_ray.synth.calendar import day_text, describe_past, recent_day
 from lychee_ray.synth.layout import Board, NoRoom
 from lychee_ray.synth.model import Fact, TurnRef
-from lychee_ray.synth.people import PLACES, Person, new_relative, statement
+from lychee_ray.synth.people import PLACES, Person, Statement, new_relative, statement
 from lychee_ray.synth.pool import Exhausted
 from lychee_ray.synth.words import (
     COLOURS,
@@ -109,7 +109,7 @@ def _introduced(b: Builder, cast: Cast) -> tuple[int, Person]:
     return who, new_relative(b, cast.speakers[who])
 
 
-def _ask_by_name(b: Builder, person: Person, intro: TurnRef, said_at: TurnRef, said, named_as: str) -> None:
+def _ask_by_name(b: Builder, person: Person, intro: TurnRef, said_at: TurnRef, said: Statement, named_as: str) -> None:
     if contains(b.lines[said_at].text, person.name):
         raise LabelError(f"the coreference turn {said_at} names {person.name}")
     mention = b.fact(intro, person.name, "named as", named_as, kind="mention")
