@@ -1,4 +1,4 @@
-"""`lychee-ray` command line: ingest, evaluate, query, serve, ablate.
+"""`lychee-ray` command line: ingest, evaluate, query, serve, ablate, synth.
 
 Each subcommand parses its flags, loads the typed config, and calls one function of the
 package. Expected user errors (a missing file, a bad config, a store that does not match) are
@@ -26,11 +26,12 @@ from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
 from lychee_ray.query.memory import Memory, MemoryAnswer, QueryError
 from lychee_ray.store.manifest import StoreError
+from lychee_ray.synth import FORMATS, STYLES, SynthError, SynthParams, write_archive
 
 # Expected user errors: one sentence and rc 2, never a traceback. The OSErrors are what a path
 # the user gave can raise outside our own checks (no permission, a file where a folder should be).
 OS_ERRORS = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError)
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, InputError, StoreError, QueryError, PathProblem, *OS_ERRORS)
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, InputError, StoreError, QueryError, PathProblem, SynthError, *OS_ERRORS)
 
 
 def _add_config(p: argparse.ArgumentParser, default: str | None = "configs/local.yaml") -> None:
@@ -75,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p, default="configs/ablations/locomo.yaml")
     p.add_argument("--input", required=True)
     p.add_argument("--out", required=True)
+
+    p = sub.add_parser("synth", help="generate labelled conversations (and their questions) in an input format")
+    p.add_argument("--out", required=True, help="an empty or new folder (or one holding an earlier synth archive, replaced)")
+    defaults = SynthParams()
+    for flag, field in (("--seed", "seed"), ("--conversations", "conversations"), ("--sessions", "sessions"),
+                        ("--turns-per-session", "turns_per_session"), ("--turn-words", "turn_words")):
+        p.add_argument(flag, type=int, default=getattr(defaults, field), help="default: %(default)s")
+    p.add_argument("--style", choices=STYLES, default=defaults.style, help="default: %(default)s")
+    p.add_argument("--format", choices=FORMATS, default=defaults.format, help="default: %(default)s")
     return parser
 
 
@@ -82,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        # ablate's --config is a grid spec, not a LycheeConfig; it loads its own.
-        cfg = None if args.command == "ablate" else load_config(args.config, args.set)
+        # ablate's --config is a grid spec, not a LycheeConfig; it loads its own. synth needs none.
+        cfg = None if args.command in ("ablate", "synth") else load_config(args.config, args.set)
         return COMMANDS[args.command](args, cfg)
     except USER_ERRORS as exc:
         print(f"lychee-ray {args.command}: {user_message(exc)}", file=sys.stderr)
@@ -175,7 +185,14 @@ def cmd_ablate(args, cfg) -> int:
     return 0
 
 
-COMMANDS = {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "query": cmd_query, "serve": cmd_serve, "ablate": cmd_ablate}
+def cmd_synth(args, cfg) -> int:
+    params = SynthParams.checked(seed=args.seed, conversations=args.conversations, sessions=args.sessions, turns_per_session=args.turns_per_session,
+                                 turn_words=args.turn_words, style=args.style, format=args.format)
+    print(write_archive(args.out, params).render())
+    return 0
+
+
+COMMANDS = {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "query": cmd_query, "serve": cmd_serve, "ablate": cmd_ablate, "synth": cmd_synth}
 
 if __name__ == "__main__":
     sys.exit(main())
