@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from lychee_ray.cli import main as cli_main
-from lychee_ray.config import ReadConfig, load_config
+from lychee_ray.config import load_config
+from lychee_ray.config_sections import ReadConfig
 from lychee_ray.dates import MONTH_NAMES
 from lychee_ray.evaluate.questions import _read_question_file, as_id_list
 from lychee_ray.ingest.job import run_ingest
@@ -320,7 +321,7 @@ def test_evaluate_reads_the_questions_file(archives, fmt):
 def test_default_turns_fit_the_local_configs_turn_cap(archives):
     """No turn is split by the reader under configs/local.yaml, so labels keep their turn ids."""
     cfg = load_config(REPO / "configs" / "local.yaml")
-    convs = read_back(archives["chat"], cfg.read)
+    convs = read_back(archives["chat"], cfg.read_settings)
     assert sum(len(c.turns) for c in convs.values()) == sum(c["turns"] for c in labels(archives["chat"])["conversations"])
     assert not [e for c in convs.values() for e in c.errors]
 
