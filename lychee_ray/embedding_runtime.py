@@ -45,8 +45,10 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 RUNTIMES = ("torch", "onnx", "openvino")
-# auto's preference, fastest first; torch after these. Provisional (see the report of
-# benchmarks/bench_embed_runtime.py): to be set from a measurement on a quiet machine.
+# auto's preference, fastest first; torch after these. Provisional: one run of
+# benchmarks/bench_embed_runtime.py --quick on a shared 2-core box (load average ~13: not a
+# measurement) had onnx ahead of openvino, both ahead of torch. Set it again from a quiet-machine
+# measurement; until then the default runtime stays torch (config.py).
 AUTO_ORDER = ("onnx", "openvino")
 MIN_COSINE = 0.9999
 # Pinned as in pyproject.toml's `embed-cpu` extra (tests/test_embedding_runtime.py checks they agree).
