@@ -63,25 +63,30 @@ _RECORD = [
 ]
 
 
+def _fill(rng: random.Random, template: str) -> str:
+    return template.format(p=rng.choice(_PEOPLE), t=rng.choice(_THINGS), w=rng.choice(_WHEN),
+                           f=rng.choice(_FEEL), f2=rng.choice(_FEEL)).strip()
+
+
+def chat_turn(rng: random.Random) -> str:
+    """One invented chat turn of one to three sentences (benchmarks/gpu_check.py's chats too)."""
+    return " ".join(_fill(rng, rng.choice(_TURN)) for _ in range(rng.choice([1, 1, 1, 2, 3])))
+
+
 def generate_texts(n: int, seed: int = 0) -> list[str]:
     """`n` texts: ~60% chat turns, ~25% record sentences, ~12% node names, ~3% long notes."""
     rng = random.Random(seed)
-
-    def fill(template: str) -> str:
-        return template.format(p=rng.choice(_PEOPLE), t=rng.choice(_THINGS), w=rng.choice(_WHEN),
-                               f=rng.choice(_FEEL), f2=rng.choice(_FEEL)).strip()
-
     texts = []
     for _ in range(n):
         kind = rng.random()
         if kind < 0.60:
-            texts.append(" ".join(fill(rng.choice(_TURN)) for _ in range(rng.choice([1, 1, 1, 2, 3]))))
+            texts.append(chat_turn(rng))
         elif kind < 0.85:
-            texts.append(fill(rng.choice(_RECORD)))
+            texts.append(_fill(rng, rng.choice(_RECORD)))
         elif kind < 0.97:
             texts.append(" ".join(rng.sample(_PEOPLE + [t.split()[-1] for t in _THINGS], rng.randint(1, 4))))
         else:
-            texts.append(" ".join(fill(rng.choice(_TURN + _RECORD)) for _ in range(rng.randint(15, 30))))
+            texts.append(" ".join(_fill(rng, rng.choice(_TURN + _RECORD)) for _ in range(rng.randint(15, 30))))
     return texts
 
 
