@@ -135,7 +135,12 @@ def _use(model, runtime: str, cache_dir: Path, num_threads: int) -> float:
         except Exception as exc:  # the exporters raise many types; auto must still fall back to torch
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
             raise RuntimeRefused(f"embedding.runtime={runtime} could not export the network ({type(exc).__name__}: {first}): set embedding.runtime: torch") from exc
-    runtime_net = runtime_network_class()(open_network(runtime, folder, num_threads), _input_names(folder), torch_net.config)
+    try:
+        run = open_network(runtime, folder, num_threads)
+    except Exception as exc:  # a damaged export, or one this runtime's version cannot read
+        raise RuntimeRefused(f"embedding.runtime={runtime} could not load the export in {folder} ({type(exc).__name__}): "
+                             "delete that folder to export again, or set embedding.runtime: torch") from exc
+    runtime_net = runtime_network_class()(run, _input_names(folder), torch_net.config)
     check_file = folder / f"check-{_check_key(runtime)}.json"
     cosines = _read_cosines(check_file)
     if cosines is None:

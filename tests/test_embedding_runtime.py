@@ -144,6 +144,13 @@ def test_export_is_made_once_whole_and_reused(torch_embedder, tmp_path, monkeypa
     assert np.allclose(first.encode(TEXTS), second.encode(TEXTS), atol=1e-6)
 
 
+def test_a_damaged_export_is_refused_and_auto_moves_on(cache_copy, torch_embedder):
+    (cache_copy / digest(torch_embedder) / "onnx" / "model.onnx").write_bytes(b"bit rot")
+    with pytest.raises(EmbeddingError, match=r"embedding\.runtime=onnx could not load the export in .*delete that folder"):
+        Embedder(cfg("onnx", cache_copy))
+    assert Embedder(cfg("auto", cache_copy)).runtime == "openvino"
+
+
 def test_auto_falls_back_to_torch_when_a_runtime_is_missing(cache_copy, tmp_path, monkeypatch, caplog, torch_embedder):
     caplog.set_level(logging.INFO, logger=er.__name__)
     real = er.missing_modules
