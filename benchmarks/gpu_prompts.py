@@ -83,11 +83,11 @@ def build_prompts(args) -> list[dict]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = load_config(REPO / "configs" / "local.yaml")
     source = args.input if args.input.exists() else generated_chats(args.work_dir / "generated_chats.jsonl")
-    embed = EmbedTurnsStage(cfg.embedding)
+    embed = EmbedTurnsStage(cfg)
     embed.setup()
-    segment = SegmentStage(cfg.segmenter, cfg.encoder.mode, cfg.encoder.window_exchanges, cfg.tokenizer_spec)
+    segment = SegmentStage(cfg)
     encode = prompt_recorder(cfg)
-    for conv in read_file(str(source), cfg.read):  # one at a time: stop once there are enough prompts
+    for conv in read_file(str(source), cfg.read_settings):  # one at a time: stop once there are enough prompts
         encode.process_batch(segment.process_batch(embed.process_batch([conv])))
         if len(encode.calls) >= args.max_prompts:
             break
