@@ -166,7 +166,7 @@ class SegmenterConfig(_Section):
 
 
 class LLMConfig(EndpointConfig):
-    backend: Literal["rules", "openai"] = "rules"
+    backend: Literal["rules", "openai"] = "rules"  # rules: no LLM at all (offline, deterministic); openai: any OpenAI-compatible endpoint (vLLM, OpenAI)
     model: str = "rules"  # served model name (vLLM --served-model-name, or an OpenAI model)
     max_in_flight: int = 32  # concurrent requests per process against the endpoint
     # Overall bounds on waiting: timeout_s x (1 + max_retries) alone lets a hanging endpoint cost
@@ -190,7 +190,7 @@ class LLMConfig(EndpointConfig):
     # breaker, a failure opens it for as long again. 60 s: rate limits are counted per minute,
     # so a 429 storm has passed within one, and one probe a minute costs a dead endpoint nothing.
     breaker_cooldown_s: float = Field(60.0, gt=0)
-    temperature: float = 0.0
+    temperature: float = 0.0  # sampling temperature of the encoder, planner and answer calls
     # "vllm" keeps maxLength/maxItems in JSON schemas (xgrammar enforces them and they bound a
     # bad model's output); "openai" strips keywords that OpenAI strict mode rejects.
     schema_dialect: Literal["vllm", "openai"] = "vllm"
@@ -226,7 +226,7 @@ class EncoderConfig(_Section):
     # segment: one call per segment (LycheeMemory); eager: one call per exchange (Mem0/A-Mem-style
     # cost baseline); window: one call per fixed window of `window_exchanges` exchanges.
     mode: Literal["segment", "eager", "window"] = "segment"
-    window_exchanges: int = 6
+    window_exchanges: int = 6  # exchanges per call under mode=window
     context_records: int = 8  # m: most recent records carried in rho_k
     context_token_budget: int = 600  # rho_k is truncated to this many tokens
     use_context: bool = True  # ablation "no cross-segment context": rho_k empty
@@ -236,7 +236,7 @@ class EncoderConfig(_Section):
     # schema bounds on every other string (entities, topics, aliases, threads) and list of the
     # reply: without them a weak model can run a single entity name to max_tokens
     max_field_chars: int = 120
-    max_list_items: int = 12
+    max_list_items: int = 12  # schema maxItems of every other list of the reply
     max_tokens: int = 2048  # completion cap per encode call
     conversations_in_flight: int = 32  # conversations encoded concurrently per actor
     num_actors: int = 1  # encoder actors (each keeps many conversations in flight)
@@ -277,12 +277,12 @@ class OrganizeConfig(_Section):
 class StoreConfig(_Section):
     conversations_per_file: int = 64  # rows of this many conversations go into one Parquet file
     row_group_rows: int = 4096  # small row groups let DuckDB skip other conversations
-    compression: str = "zstd"
+    compression: str = "zstd"  # Parquet compression codec
 
 
 class RerankConfig(_Section):
     enabled: bool = False  # off offline: no cross-encoder weights ship in a package
-    model: str = "BAAI/bge-reranker-v2-m3"
+    model: str = "BAAI/bge-reranker-v2-m3"  # a sentence-transformers CrossEncoder name or local path
     top_n: int = 40  # candidates rescored
 
 
@@ -290,7 +290,7 @@ class RetrievalConfig(_Section):
     # The channels that run (lychee_ray/query/channels.py registers them; an unknown name is
     # refused when the query engine is built). "turn" is turn_vector + turn_bm25.
     channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn"])
-    top_k_per_channel: int = 30
+    top_k_per_channel: int = 30  # candidates each channel ranks per route
     rrf_kappa: float = 60.0  # RRF(d) = sum_j 1/(kappa + rank_j(d))
     fusion: Literal["rrf", "none"] = "rrf"  # none: a single channel's plain top-k (ablation)
     mmr_lambda: float = 0.7  # relevance vs. diversity in MMR selection
@@ -310,7 +310,7 @@ class EvaluateStageConfig(_Section):
     logical CPUs each, `batch_size` questions per call, and (LLM stages) up to `in_flight`
     questions per actor waiting on the endpoint at once."""
 
-    num_actors: int = Field(1, ge=1)
+    num_actors: int = Field(1, ge=1)  # actors of the stage (each pool is started at its full size)
     batch_size: int | None = Field(None, ge=1)  # None: evaluate.questions_per_batch
     # None: llm.max_in_flight. The LLM client's own limit (llm.max_in_flight per process) still applies.
     in_flight: int | None = Field(None, ge=1)
@@ -339,12 +339,13 @@ class EvaluateStagesConfig(_Section):
 
 
 class EvaluateConfig(_Section):
+    # the LoCoMo categories evaluated (other benchmarks: every category)
     categories: list[str] = Field(
         default_factory=lambda: ["multi_hop", "temporal", "open_domain", "single_hop"]
     )
     judge: bool = True  # LLM judge (skipped under llm.backend=rules: F1/BLEU-1 only)
-    baselines: list[Literal["naive_rag", "bm25"]] = Field(default_factory=lambda: ["naive_rag", "bm25"])
-    recall_budgets: list[int] = Field(default_factory=lambda: [250, 500, 1000, 1500, 2000])
+    baselines: list[Literal["naive_rag", "bm25"]] = Field(default_factory=lambda: ["naive_rag", "bm25"])  # retrieval baselines run on the same store and budget
+    recall_budgets: list[int] = Field(default_factory=lambda: [250, 500, 1000, 1500, 2000])  # budgets (tokens) at which evidence recall is also measured
     max_questions: int | None = None  # cap for quick runs
     # questions per batch of every stage without its own batch_size (and per answers part)
     questions_per_batch: int = Field(16, ge=1)
@@ -360,14 +361,14 @@ class EvaluateConfig(_Section):
 class QueryConfig(_Section):
     """Query-time limits of the planner and the answer step: `Memory` and evaluate alike."""
 
-    max_answer_tokens: int = 256
-    max_plan_tokens: int = 512
+    max_answer_tokens: int = 256  # completion cap of the answer call
+    max_plan_tokens: int = 512  # completion cap of the planner call
     # schema bounds of the planner and answer replies (xgrammar enforces them under the vllm
     # dialect), so a weak model cannot spend the whole token cap inside one string or list
     plan_max_items: int = 8  # search_terms / entities per route (topics: at most 4)
-    plan_goal_chars: int = 300
+    plan_goal_chars: int = 300  # schema maxLength of a route goal
     plan_field_chars: int = 80  # each search term, entity, topic, date
-    max_answer_chars: int = 600
+    max_answer_chars: int = 600  # schema maxLength of the answer
     # the planner is told the conversation's entity names, most linked first, up to this many
     max_known_entities: int = Field(200, ge=0)
 
@@ -377,15 +378,15 @@ MOVED_TO_QUERY = ("max_answer_tokens", "max_plan_tokens", "plan_max_items", "pla
 
 
 class ServeConfig(_Section):
-    model: str = "Qwen/Qwen2.5-7B-Instruct"
-    served_model_name: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    max_num_seqs: int = 256
-    max_model_len: int = 16384
-    gpu_memory_utilization: float = 0.90
-    tensor_parallel_size: int = 1
-    enable_prefix_caching: bool = True
+    model: str = "Qwen/Qwen2.5-7B-Instruct"  # the HF model id or local path vLLM loads
+    served_model_name: str | None = None  # what clients send as `model` (llm.model); None: `model`
+    host: str = "127.0.0.1"  # bind address (0.0.0.0 to serve other machines)
+    port: int = 8000  # port of the OpenAI-compatible API
+    max_num_seqs: int = 256  # vLLM --max-num-seqs: sequences in one GPU batch
+    max_model_len: int = 16384  # vLLM --max-model-len: prompt + completion tokens
+    gpu_memory_utilization: float = 0.90  # vLLM --gpu-memory-utilization
+    tensor_parallel_size: int = 1  # GPUs one replica shards the model over
+    enable_prefix_caching: bool = True  # vLLM prefix caching: the encoder prompts share a long prefix
     python: str | None = None  # interpreter with vllm installed; None: this one
-    extra_args: list[str] = Field(default_factory=list)
-    ready_timeout_s: float = 900.0
+    extra_args: list[str] = Field(default_factory=list)  # more vLLM flags, e.g. ["--max-num-batched-tokens=16384"]
+    ready_timeout_s: float = 900.0  # seconds to wait for GET /v1/models to answer after the start

@@ -85,3 +85,14 @@ def test_endpoint_settings_are_one_model_and_the_key_is_read_once(monkeypatch):
     assert cfg.embedding.api_key("embedding") == "sk-test"
     local = load_config(None, ["llm.backend=openai", "llm.base_url=http://127.0.0.1:8000/v1", "llm.api_key_env=LYCHEE_TEST_NONE"])
     assert local.llm.api_key("llm") == "EMPTY"  # a local server takes any key
+
+
+def test_docs_config_md_is_generated_from_the_config_source():
+    from lychee_ray.config_reference import reference
+
+    assert (REPO / "docs" / "config.md").read_text() == reference(), \
+        "docs/config.md is out of date: regenerate it with the command in its header"
+    text = reference()
+    for key in ("`token_cap`", "`context_token_budget`", "`max_known_entities`", "`runtime`"):
+        assert key in text
+    assert "|  |\n" not in text  # every key says what it does
