@@ -178,7 +178,10 @@ def check_cpus(cfg: LycheeConfig) -> None:
     raise ConfigError(msg)
 
 
-def run_evaluate(cfg: LycheeConfig, store_dir: str, out_dir: str, questions_path: str | None = None) -> EvaluateResult:
+def run_evaluate(cfg: LycheeConfig, store_dir: str, out_dir: str, questions_path: str | None = None,
+                 data_note: str | None = None) -> EvaluateResult:
+    """Evaluate every question of the store (or of `questions_path`) not yet answered in `out_dir`,
+    then write the report (`data_note`: what the data is, said under its header)."""
     cfg.resolve()  # once, here: the workers get the resolved values with the config
     store = open_store(store_dir, cfg)
     items = load_questions(store, cfg, questions_path)
@@ -193,7 +196,7 @@ def run_evaluate(cfg: LycheeConfig, store_dir: str, out_dir: str, questions_path
         ds = ds.map_batches(write_answers, fn_args=(out_dir,), batch_size=cfg.evaluate.batch_size("judge"),
                             batch_format="numpy", num_cpus=WRITER_CPUS)
         drain(ds, len(todo), show=not cfg.ray.progress_bars)
-    report_path, headline = write_eval_report(cfg, store, out_dir)
+    report_path, headline = write_eval_report(cfg, store, out_dir, data_note)
     return EvaluateResult(out_dir, len(todo), len(items) - len(todo), report_path, headline)
 
 

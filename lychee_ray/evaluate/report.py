@@ -139,12 +139,13 @@ def _build_stats(store) -> dict:
     return dict(zip(keys, r))
 
 
-def write_eval_report(cfg: LycheeConfig, store, out_dir: str) -> tuple[str, str]:
-    """Write report.md and its PNGs into `out_dir`; returns (the report's URI or path, headline)."""
+def write_eval_report(cfg: LycheeConfig, store, out_dir: str, data_note: str | None = None) -> tuple[str, str]:
+    """Write report.md and its PNGs into `out_dir`; returns (the report's URI or path, headline).
+    `data_note`: a sentence on what the data is, shown under the header (e.g. generated data)."""
     keep: list = []
     con = _answers(out_dir, keep)
     with tempfile.TemporaryDirectory(prefix="lychee-report-") as tmp:
-        headline = _render(cfg, store, con, Path(tmp))
+        headline = _render(cfg, store, con, Path(tmp), data_note)
         fs, base = resolve_uri(out_dir)
         pafs.copy_files(tmp, base, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
     return child_uri(out_dir, "report.md"), headline
@@ -175,7 +176,7 @@ def _wrong_lines(wrong: dict[str, int], has_judge: bool) -> list[str]:
     return [f"- **Counted as wrong whatever they say:** {', '.join(causes)}"]
 
 
-def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
+def _render(cfg: LycheeConfig, store, con, out: Path, data_note: str | None = None) -> str:
     """report.md and the PNGs into the local folder `out`; returns the headline."""
     has_judge = cfg.asks_judge
     cats = _category_rows(con, has_judge)
@@ -210,6 +211,7 @@ def _render(cfg: LycheeConfig, store, con, out: Path) -> str:
     lines = [
         "# lychee-ray evaluation report",
         "",
+        *([f"- **Data:** {data_note}"] if data_note else []),
         f"- **Backend:** {backend}",
         f"- **Judge:** {judge_label(cfg)}",
         f"- **Store:** `{store.path}` ({build['conversations']} conversations)",
