@@ -152,11 +152,11 @@ def test_build_token_accounting_equals_build_stats(rules_grid):
 
 def test_references_read_the_whole_conversation_or_the_top_turns(rules_grid):
     _, rows, out, _ = rules_grid
-    fc = pq.read_table(out / "evals" / "full_context" / "answers.parquet").to_pylist()
+    fc = pq.read_table(out / "evals" / "full_context" / "answers").to_pylist()
     assert all(r["dropped_turns"] == 0 for r in fc)  # 58 turns fit the 16k context
     assert all(r["evidence_recall"] == 1.0 for r in fc if r["evidence_turn_ids"])
     assert rows["full_context"]["query_tokens"] > rows["naive_rag"]["query_tokens"]
-    rag = pq.read_table(out / "evals" / "naive_rag" / "answers.parquet").to_pylist()
+    rag = pq.read_table(out / "evals" / "naive_rag" / "answers").to_pylist()
     assert all(0 < r["context_tokens"] <= 1500 for r in rag)
 
 
@@ -178,7 +178,7 @@ def test_truncated_full_context_is_counted(cut_input, embedder, tmp_path):
     spec.write_text(json.dumps(raw))
     grid = load_grid(spec, ["grid.only=[full,full_context]", "grid.questions_per_conversation=3"])
     run_ablation(grid, str(path), str(tmp_path / "out"), embedder=embedder)
-    fc = pq.read_table(tmp_path / "out" / "evals" / "full_context" / "answers.parquet").to_pylist()
+    fc = pq.read_table(tmp_path / "out" / "evals" / "full_context" / "answers").to_pylist()
     assert all(r["dropped_turns"] > 0 and r["context_tokens"] <= 1200 for r in fc)
     row = pq.read_table(tmp_path / "out" / "ablation.parquet").to_pylist()[-1]
     assert row["variant"] == "full_context" and row["truncated_questions"] == 3
@@ -212,7 +212,7 @@ def test_llm_grid_token_accounting_matches_server_usage(cut_input, embedder, fak
     rows = {r["variant"]: r for r in pq.read_table(out / "ablation.parquet").to_pylist()}
     build_prompt = sum(r["prompt_tokens"] for name in ("full", "eager") for r in stats_rows(out / "builds" / name))
     build_completion = sum(r["completion_tokens"] for name in ("full", "eager") for r in stats_rows(out / "builds" / name))
-    answers = [r for name in ("full", "eager", "naive_rag") for r in pq.read_table(out / "evals" / name / "answers.parquet").to_pylist()]
+    answers = [r for name in ("full", "eager", "naive_rag") for r in pq.read_table(out / "evals" / name / "answers").to_pylist()]
     query_prompt = sum(r["prompt_tokens"] + r["judge_prompt_tokens"] for r in answers)
     query_completion = sum(r["completion_tokens"] + r["judge_completion_tokens"] for r in answers)
     usage = fake_openai.total_usage()
@@ -245,7 +245,7 @@ def test_vllm_grid_token_accounting_matches_engine_counters(vllm_server, embedde
     after = vllm_counters(vllm_server)
     out = tmp_path / "out"
     stats = [r for name in ("full", "eager") for r in stats_rows(out / "builds" / name)]
-    answers = [r for name in ("full", "eager", "naive_rag") for r in pq.read_table(out / "evals" / name / "answers.parquet").to_pylist()]
+    answers = [r for name in ("full", "eager", "naive_rag") for r in pq.read_table(out / "evals" / name / "answers").to_pylist()]
     prompt = sum(r["prompt_tokens"] for r in stats) + sum(r["prompt_tokens"] + r["judge_prompt_tokens"] for r in answers)
     completion = sum(r["completion_tokens"] for r in stats) + sum(r["completion_tokens"] + r["judge_completion_tokens"] for r in answers)
     assert prompt == after["prompt_tokens_total"] - before["prompt_tokens_total"]

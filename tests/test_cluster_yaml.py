@@ -3,13 +3,12 @@
 No cluster is started: the autoscaler file is checked against the schema that ships inside the
 installed ray package and against Ray's own config validation; the job config is loaded with
 lychee_ray.config.load_config; and the resources the Serve LLM deployment asks for
-(jobs/serve_llm.py) are checked against what the GPU node type advertises.
+(lychee_ray/llm/serve_llm.py) are checked against what the GPU node type advertises.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -20,18 +19,12 @@ import ray
 import yaml
 
 from lychee_ray.config import load_config
+from lychee_ray.llm import serve_llm
 
 from .conftest import REPO
 
 CLUSTER_YAML = REPO / "cluster.yaml"
 JOB_CONFIG = REPO / "configs" / "cluster.yaml"
-
-
-def _load_serve_llm():
-    spec = importlib.util.spec_from_file_location("serve_llm_job", REPO / "jobs" / "serve_llm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +131,7 @@ def test_job_config_loads_and_points_at_serve(cluster):
 
 
 def test_serve_resources_exist_on_gpu_node_type(cluster):
-    mod = _load_serve_llm()
+    mod = serve_llm
     _, _, gpu = _types(cluster)
     res = gpu["resources"]
     assert mod.LLM_RESOURCE in res and mod.INGRESS_RESOURCE in res

@@ -164,7 +164,7 @@ def test_names_embedded_for_an_earlier_conversation_come_from_the_actor_cache(or
     for conv in convs:
         has = [i for i, n in enumerate(conv.nodes) if n.kind not in NO_VECTOR]
         assert np.isnan(np.delete(conv.node_embeddings, has, axis=0)).all()
-        fresh = embedder.encode([conv.nodes[i]["name"] for i in has])
+        fresh = embedder.encode([conv.nodes[i].name for i in has])
         np.testing.assert_allclose(conv.node_embeddings[has], fresh, atol=ATOL)
         np.testing.assert_allclose(conv.record_embeddings, embedder.encode([r.text for r in conv.records]), atol=ATOL)
 

@@ -164,7 +164,7 @@ def test_the_key_is_sent_but_never_logged_or_echoed(fake_openai, monkeypatch, ca
 
 def test_openai_without_base_url_needs_a_key(monkeypatch):
     monkeypatch.delenv("LYCHEE_TEST_NO_KEY", raising=False)
-    with pytest.raises(EmbeddingError, match="LYCHEE_TEST_NO_KEY"):
+    with pytest.raises(ConfigError, match="set the environment variable LYCHEE_TEST_NO_KEY .named by embedding.api_key_env."):
         Embedder(EmbeddingConfig(backend="openai", model="text-embedding-3-small", api_key_env="LYCHEE_TEST_NO_KEY"))
 
 
