@@ -1,5 +1,10 @@
-"""Ingest: read -> embed -> segment -> encode -> organize -> write, as one Ray Data job (`job`).
+"""Ingest: archives in, a store out, as one Ray Data job (`job`).
 
-One module per stage after the read (`embed`, `segment`, `encode` with its reference context in
-`context`, `organize`); the readers are in `lychee_ray.io` and the writer in `lychee_ray.store`.
+`read` turns input parts into conversations and compares each with the store (`resume`: skip,
+extend or redo); `pipeline` is the one list of stages after it, run on Ray by the job and in
+process by the ablation grid: `embed` (turn vectors), `segment` (the online segmenter), `encode`
+(one LLM call per segment, carrying the reference context of `reference_context`),
+`evidence_nodes` (organize: nodes, edges, record and name vectors), then the `write` sink;
+`summary` adds up what the run did. The readers are in `lychee_ray.io`, the writer in
+`lychee_ray.store`.
 """
