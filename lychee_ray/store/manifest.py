@@ -43,6 +43,8 @@ def new_manifest(cfg: LycheeConfig) -> dict:
         "format": STORE_FORMAT,
         "schema_version": SCHEMA_VERSION,
         "build_hash": cfg.build_hash(),
+        # what the hash is over: the build sections as written and what the machine resolved
+        "build": cfg.build_record(),
         "embedding_model": cfg.embedding.model,
         "embedding_dim": cfg.embedding.dim,
         "created_at": now(),
