@@ -91,7 +91,8 @@ def list_input_files(path: str, exclude: str | None = None) -> list[InputFile]:
     filesystem URI, whose query configures the filesystem), sorted, each named under `path` as
     given (a URI keeps its query). A folder holding a lychee-ray store, and `exclude` (the run's
     output), are never input: a rerun with the output inside the input must not read its own
-    manifest and Parquet parts."""
+    manifest and Parquet parts. An `exclude` that is `path` itself is refused: nothing would be
+    left to read."""
     shown = display_uri(path)
     try:
         fs, base = resolve_uri(path)
@@ -102,8 +103,11 @@ def list_input_files(path: str, exclude: str | None = None) -> list[InputFile]:
         return [InputFile(path if "://" in path else str(Path(path)), info.size)]
     if info.type != pafs.FileType.Directory:
         raise InputError(f"input {shown} does not exist")
+    out = _output_folder(fs, base, exclude) if exclude else None
+    if out == base:
+        raise InputError(f"the output folder {display_uri(exclude)} is the input folder {shown}: a run's output is never read as its input; choose another --out")
     found = walk_files(fs, base)
-    skipped = _not_input(fs, base, found, exclude)
+    skipped = _not_input(fs, base, found, out)
     # sorted by path, not by the URI: a query after the path must not change the order
     files = [
         InputFile(child_uri(path, name[len(base) :].lstrip("/")), size)
@@ -115,13 +119,12 @@ def list_input_files(path: str, exclude: str | None = None) -> list[InputFile]:
     return files
 
 
-def _not_input(fs: pafs.FileSystem, base: str, found: list[tuple[str, int | None]], exclude: str | None) -> list[str]:
-    """The folders under `base` whose files are not input: lychee-ray stores and `exclude`."""
+def _not_input(fs: pafs.FileSystem, base: str, found: list[tuple[str, int | None]], out: str | None) -> list[str]:
+    """The folders under `base` whose files are not input: lychee-ray stores and `out`."""
     stores = {name.rpartition("/")[0] for name, _ in found if name.rpartition("/")[2] == MANIFEST}
     skipped = [folder for folder in sorted(stores) if is_store(fs, folder)]
     for folder in skipped:
         log.info("not reading %s as input: it is a lychee-ray store", folder)
-    out = _output_folder(fs, base, exclude) if exclude else None
     return skipped + ([out] if out else [])
 
 
@@ -190,32 +193,22 @@ def keep_first(ask, conv: Conversation, place: Place | None) -> Conversation:
 
 
 def duplicate_copy(conv: Conversation, place: Place, first: Place) -> Conversation:
-    """The row for a later copy of a conversation id (two copies would sink the writer's batch).
-    A copy in the file of the first is a `duplicate_id` error row naming both lines, as a read of
-    that file alone says it; a copy from another file keeps its row, under an id derived from
-    its place and with status `duplicate`. Either way its turns are counted (n_input_turns), not
-    ingested twice, and its own error rows stay with it."""
-    n_turns = len(conv.turns)
-    if first.key == place.key:
-        dup = error_conversation(
-            ErrorEntry(
-                place.path,
-                place.line,
-                "conversation_id",
-                "duplicate_id",
-                f"{place}: conversation id {short(conv.conversation_id)} already appeared at {first.unit} {first.where} of this file; "
-                f"this copy ({n_turns} turns, {len(conv.questions)} questions) is not read",
-            ),
-            place.key,
-        )
-        dup.errors += [dict(row, conversation_id=dup.conversation_id) for row in conv.errors]
-        dup.n_input_turns = n_turns
-        return dup
-    original = conv.conversation_id
+    """The row for a later copy of a conversation id (two copies would sink the writer's batch):
+    it keeps its row, under an id derived from its place and with status `duplicate`, whether
+    the first copy is in the same file or another (one fact, one status). Its `duplicate_id`
+    errors row names both places; its turns are counted (n_input_turns), not ingested twice, and
+    its own error rows stay with it."""
+    n_turns, original = len(conv.turns), conv.conversation_id
     # derived from the place, so a resumed run (or a read from another mount) finds the same row
     conv.conversation_id = f"{original}#dup-{hashlib.sha1(f'{original}|{place.key}:{place.where}'.encode()).hexdigest()[:8]}"
     conv.status = "duplicate"
-    conv.error = f"duplicate conversation id {original!r}: first seen in {first}; this copy in {place} ({n_turns} turns) was not ingested"
+    if first.key == place.key:  # as a read of that one file alone says it
+        conv.error = (
+            f"{place}: conversation id {short(original)} already appeared at {first.unit} {first.where} of this file; "
+            f"this copy ({n_turns} turns, {len(conv.questions)} questions) is not read"
+        )
+    else:
+        conv.error = f"duplicate conversation id {original!r}: first seen in {first}; this copy in {place} ({n_turns} turns) was not ingested"
     conv.errors = [dict(row, conversation_id=conv.conversation_id) for row in conv.errors]
     conv.errors.append(ErrorEntry(place.path, place.line, "conversation_id", "duplicate_id", conv.error, conv.conversation_id).as_row())
     conv.n_input_turns = n_turns
