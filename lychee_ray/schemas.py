@@ -92,6 +92,9 @@ class Question:
     category: str  # by name: multi_hop, temporal, open_domain, single_hop, adversarial, or LME type
     evidence_turn_ids: list[str]
     question_date: str | None = None
+    difficulty: str | None = None
+    rubric: list[str] = field(default_factory=list)
+    evidence_roles: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -397,6 +400,9 @@ def table_schemas(dim: int) -> dict[str, pa.Schema]:
                 ("category", pa.string()),
                 ("evidence_turn_ids", strs),
                 ("question_date", pa.timestamp("s")),
+                ("difficulty", pa.string()),
+                ("rubric", strs),
+                ("evidence_roles", strs),
             ]
         ),
         # Input problems that have no conversation row of their own (a broken JSONL line, a

@@ -210,6 +210,9 @@ def _question_rows(conv: Conversation, problems: list[dict]) -> list[dict]:
             "question_date": _parse_timestamp(
                 q.question_date, conv, f"questions[{i}].question_date", problems
             ),
+            "difficulty": q.difficulty,
+            "rubric": list(q.rubric),
+            "evidence_roles": list(q.evidence_roles),
         }
         for i, q in enumerate(conv.questions)
     ]
