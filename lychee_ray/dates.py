@@ -1,6 +1,6 @@
 """Calendar basics: month names, the day-month-year regexes, source timestamps and safe dates.
 
-`parse_source_datetime` reads LoCoMo, LongMemEval, ISO and plain-date session stamps and never
+`parse_source_datetime` reads LoCoMo, LongMemEval, BEAM, ISO and plain-date session stamps and never
 raises. A core module so the readers (`io`) can parse stamps without importing `rules`; the
 time-expression logic built on these pieces is `rules.timeparse`.
 """
@@ -44,14 +44,16 @@ _LOCOMO_STAMP_RE = re.compile(
 _LME_STAMP_RE = re.compile(
     r"^\s*(?P<y>\d{4})/(?P<m>\d{1,2})/(?P<d>\d{1,2})(?:\s*\([A-Za-z]+\))?(?:\s+(?P<h>\d{1,2}):(?P<mi>\d{2})(?::(?P<s>\d{2}))?)?\s*$"
 )
+_BEAM_STAMP_RE = re.compile(rf"^\s*(?P<m>{MONTH})-(?P<d>\d{{1,2}})-(?P<y>\d{{4}})\s*$", re.IGNORECASE)  # "March-15-2024"
 
 
 # --------------------------------------------------------------------------------------------
 # Source timestamps
 # --------------------------------------------------------------------------------------------
 def parse_source_datetime(s) -> datetime | None:
-    """"1:56 pm on 8 May, 2023" (LoCoMo), "2023/05/25 (Thu) 20:21" (LongMemEval), ISO 8601, or
-    a plain date ("8 May 2023", "May 8, 2023"). None for anything else, never an exception.
+    """"1:56 pm on 8 May, 2023" (LoCoMo), "2023/05/25 (Thu) 20:21" (LongMemEval), "March-15-2024"
+    (BEAM's time anchors), ISO 8601, or a plain date ("8 May 2023", "May 8, 2023"). None for
+    anything else, never an exception.
     ISO strings with an offset come back timezone-aware, all others naive."""
     if isinstance(s, datetime):
         return s
@@ -63,6 +65,8 @@ def parse_source_datetime(s) -> datetime | None:
             return datetime(int(m["y"]), month_num(m["m"]), int(m["d"]), hour, int(m["mi"]))
         if m := _LME_STAMP_RE.match(s):
             return datetime(int(m["y"]), int(m["m"]), int(m["d"]), int(m["h"] or 0), int(m["mi"] or 0), int(m["s"] or 0))
+        if m := _BEAM_STAMP_RE.match(s):
+            return datetime(int(m["y"]), month_num(m["m"]), int(m["d"]))
     except ValueError:  # out-of-range field: "31 February", hour 25
         return None
     try:

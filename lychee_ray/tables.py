@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from lychee_ray.table_model import DATE, TIMESTAMP, Row, Vector, column, markdown_reference
 
-# 5: tables declared once (keys NOT NULL); 4: turn content hashes, segment contexts (incremental
+# 5: tables declared once (keys NOT NULL), questions.difficulty / rubric / evidence_roles; 4: turn content hashes, segment contexts (incremental
 # ingest); 3: records.stated_at; 2: LongMemEval sessions renamed s1, s2, ... in date order
 SCHEMA_VERSION = 5
 # How a folder is recognised as a store: its manifest file and the format tag in it. Here, in the
@@ -171,6 +171,10 @@ class Question(Row, table="questions", key=("conversation_id", "question_id")):
     category: str = column("by name: multi_hop, temporal, open_domain, single_hop, adversarial, a LongMemEval type, a BEAM ability")
     evidence_turn_ids: list[str] = column("the turns that hold its evidence")
     question_date: str | None = column(ISO_IN_MEMORY + "TIMESTAMP stored: when it is asked", default=None, arrow=TIMESTAMP)
+    difficulty: str | None = column("the benchmark's difficulty label (BEAM: easy, medium, hard)", default=None)
+    rubric: list[str] = column("the nuggets a rubric judge grades (BEAM)", factory=list)
+    evidence_roles: list[str] = column("the role of each evidence id, parallel to evidence_turn_ids ('' when none; BEAM: "
+                                       "original_info / updated_info, first_statement / second_statement, first_event / second_event)", factory=list)
 
 
 class ErrorRow(Row, table="errors", key=()):

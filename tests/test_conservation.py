@@ -48,7 +48,7 @@ def hostile_archive(inp):
     (inp / "locomo.json").write_text(json.dumps([locomo_sample(
         session_1=("1:56 pm on 8 May, 2023", [lturn(1, 1), "a turn that is a string", lturn(1, 3)]),
         session_2=("2:00 pm on 9 May, 2023", {"0": lturn(2, 1)}),
-        session_3=("3:00 pm on 10 May, 2023", [lturn(3, 1), {"speaker": "Ann", "dia_id": "D3:2", "text": ["not", "text"]}]),
+        session_3=("3:00 pm on 10 May, 2023", [lturn(3, 1), {"speaker": "Ann", "dia_id": "D3:2", "text": ["not", "text"]}, {"speaker": "Bob", "dia_id": "D3:3"}]),
     )]))
     # the same sample id again, from another file: a `duplicate` row
     (inp / "nodate.json").write_text(json.dumps([locomo_sample(session_1=("1:56 pm on 8 May, 2023", [lturn(1, 1)]), session_2=(None, [lturn(2, 1)]))]))
@@ -111,10 +111,10 @@ def test_the_conservation_line_holds_for_every_bad_input_fixture(ray_local, tmp_
     assert pending == 0
     # every bucket is exercised: turns skipped or unreadable, a copy in one file (6 turns), copies across files
     kinds = {k for (k,) in con.execute(f"select distinct kind from errors where {DROPPED_TURN_SQL}").fetchall()}
-    assert {"bad_turn", "missing_field", "skipped_system", "skipped_tool", "off_branch"} <= kinds
+    assert {"bad_turn", "bad_text", "missing_field", "skipped_system", "skipped_tool", "off_branch"} <= kinds
     dups = dict(con.execute("select conversation_id, status from conversations where conversation_id in "
                             "(select conversation_id from errors where kind = 'duplicate_id')").fetchall())
-    assert sorted(dups.values()) == ["duplicate", "duplicate", "error"]
+    assert sorted(dups.values()) == ["duplicate", "duplicate", "duplicate"]  # in one file or across files: one status
     assert in_duplicates >= 6 + 3 + 2  # c1's second copy; the second of 'shared' (3 or 5); of 'lc' (2 or 3)
     assert con.execute("select count(*) from errors where kind = 'turn_split'").fetchone()[0] == 1
 

@@ -181,7 +181,7 @@ def test_locomo_keeps_every_valid_turn_and_question_and_names_each_bad_one(tmp_p
     fields = {e["field"]: e for e in conv.errors}
     assert fields["conversation.session_1[1]"]["kind"] == "bad_turn"
     assert fields["conversation.session_2"]["kind"] == "bad_field"
-    assert fields["conversation.session_3[1].text"]["kind"] == "missing_field"
+    assert fields["conversation.session_3[1].text"]["kind"] == "bad_text"  # a list, not a string
     assert fields["qa[1]"]["kind"] == "bad_question"
     for e in conv.errors:
         assert e["source_file"] == str(f) and e["conversation_id"] == "lc" and e["message"].startswith(f"{f}:1: lc: ")

@@ -261,7 +261,8 @@ def test_the_ray_read_plan_over_ranges_gives_the_whole_read(tmp_path, ray_local)
     parts = plan_parts(list_input_files(str(path.parent)), str(path.parent), split)
     assert len(parts) >= 4 and [p.first_line for p in parts][0] == 1
     whole = read_local(path, 0)
-    assert [s[1] for s in whole].count("error") >= 11  # the broken line and ten same-file duplicates
+    statuses = [s[1] for s in whole]
+    assert statuses.count("error") >= 1 and statuses.count("duplicate") >= 10  # the broken line; ten same-file duplicates
     assert any(s[0] == "spread" and len(s[6]) == 40 for s in whole)
     assert any(r for s in whole for r in s[9] if ("kind", "bad_utf8") in r)
     ds = read_dataset(cfg, list_input_files(str(path.parent)), {}, str(path.parent))

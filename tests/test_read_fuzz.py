@@ -29,7 +29,7 @@ DEEP = b"[" * 3_000 + b"]" * 3_000  # past the parser's recursion limit
 DEEP_MARK, BAD_BYTES_MARK = "__DEEP__", "__BADBYTES__"  # placeholders, replaced in the bytes
 CFG = ReadConfig(max_turn_tokens=64)  # small, so "huge" turns split without costing much
 # rows that say an input turn was not kept (the others note a problem with a kept turn)
-LOSS_KINDS = {"bad_turn", "bad_field"}
+LOSS_KINDS = {"bad_turn", "bad_field", "bad_text"}  # bad_text: text that is a number or an object
 
 
 @dataclass

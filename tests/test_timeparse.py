@@ -212,13 +212,17 @@ def test_anchor_may_be_datetime_or_string():
         ("2023-05-08T13:56:00Z", datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)),
         ("8 May 2023", datetime(2023, 5, 8)),
         ("May 8, 2023", datetime(2023, 5, 8)),
+        ("March-15-2024", datetime(2024, 3, 15)),  # BEAM's time anchors
+        ("September-2-2024", datetime(2024, 9, 2)),
+        ("Sept-02-2024", datetime(2024, 9, 2)),
     ],
 )
 def test_parse_source_datetime(raw, expected):
     assert parse_source_datetime(raw) == expected
 
 
-@pytest.mark.parametrize("raw", ["garbage", "", "   ", None, 42, "1:00 pm on 31 February, 2023", "2023/02/30 (Thu) 10:00", "May 2023"])
+@pytest.mark.parametrize("raw", ["garbage", "", "   ", None, 42, "1:00 pm on 31 February, 2023", "2023/02/30 (Thu) 10:00", "May 2023",
+                                 "February-30-2024", "Smarch-15-2024", "March-15"])
 def test_parse_source_datetime_unparseable_is_none(raw):
     assert parse_source_datetime(raw) is None
 

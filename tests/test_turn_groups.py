@@ -122,8 +122,8 @@ def test_a_conversation_object_is_kept_over_turn_rows_of_its_id(tmp_path):
     convs = by_id(iter_conversations(list_input_files(str(tmp_path)), ReadConfig(), root=str(tmp_path)))
     assert [t.text for t in convs["k"].turns] == ["the object"]
     (dup,) = [c for c in convs.values() if c.conversation_id != "k"]
-    # the rows' first file holds the object: an error row naming both lines, its 2 turns counted
-    assert dup.status == "error" and dup.n_input_turns == 2
+    # the rows' first file holds the object: a duplicate row naming both lines, its 2 turns counted
+    assert dup.status == "duplicate" and dup.n_input_turns == 2
     (err,) = [e for e in dup.errors if e["kind"] == "duplicate_id"]
     assert err["line"] == 2 and "already appeared at line 1 of this file" in err["message"]
 

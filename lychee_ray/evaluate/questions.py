@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from lychee_ray.config import LycheeConfig
+from lychee_ray.dates import as_date
 from lychee_ray.llm.client import Usage
 from lychee_ray.llm.prompts import EvidenceItem
 
@@ -86,16 +87,18 @@ def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list
     """Questions from the store (default) or a JSONL/Parquet file with the questions columns."""
     sources = dict(store.con.execute("select conversation_id, source from conversations").fetchall())
     if questions_path:
-        rows = _read_question_file(questions_path)
+        placed = _read_question_file(questions_path)
     else:
-        rows = [dict(zip(("conversation_id", "question_id", "question", "answer", "category", "evidence_turn_ids", "question_date"), r)) for r in store.con.execute(
+        placed = [(None, dict(zip(("conversation_id", "question_id", "question", "answer", "category", "evidence_turn_ids", "question_date"), r))) for r in store.con.execute(
             "select conversation_id, question_id, question, answer, category, evidence_turn_ids, cast(question_date as varchar) from questions order by conversation_id, question_id"
         ).fetchall()]
     items = []
-    for r in rows:
+    for where, r in placed:
         if isinstance(r, UnreadableLine):
             items.append(unreadable_item(r))
             continue
+        if where is not None:
+            _check_date(r.get("question_date"), where)
         cat = str(r.get("category") or "unknown")
         if cat in LOCOMO_NAMES and cat not in cfg.evaluate.categories:
             continue
@@ -187,15 +190,23 @@ def mark_unanswerable(store, items: list[QAItem], where: str) -> None:
         log.warning("%s: %s; recorded as an error row, the other questions go on", where, it.error)
 
 
-def _read_question_file(path: str) -> list[dict | UnreadableLine]:
+def _read_question_file(path: str) -> list[tuple[str, dict | UnreadableLine]]:
+    """Each row of a questions file with where it is ("file:line", or "file row N" in Parquet)."""
     if path.endswith(".parquet"):
-        return pq.read_table(path).to_pylist()
+        return [(f"{path} row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist(), start=1)]
     rows = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, start=1):
             if line.strip():
-                rows.append(_question_row(line, path, lineno))
+                rows.append((f"{path}:{lineno}", _question_row(line, path, lineno)))
     return rows
+
+
+def _check_date(value, where: str) -> None:
+    """A question_date given that is no date (empty included) is named: the rules planner reads
+    the question as undated then, so its time window is lost. The question is still asked."""
+    if value is not None and as_date(value) is None:
+        log.warning("%s: question_date %s is not a date; the question is asked, but its date cannot be used", where, repr(value)[:200])
 
 
 @dataclass

@@ -206,7 +206,7 @@ def turn_group_batch(batch, cfg: LycheeConfig, stored: Mapping[str, StoredConver
 
 def mark_duplicates(convs: list[Conversation], registry, places: list[Place | None] | None = None) -> list[Conversation]:
     """The first copy of an id in listing order is kept; a later one is replaced by the row
-    `files.duplicate_copy` makes (an error row naming both lines in one file, a `duplicate` row
+    `files.duplicate_copy` makes (a `duplicate` row whose errors row names both places, in one file or
     across files), and its turns are not ingested twice. `places`: where each was read (None
     for an error row); without them each conversation counts as its own file, in list order."""
     import ray

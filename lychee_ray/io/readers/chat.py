@@ -3,8 +3,9 @@ content|text, timestamp?}]}, which includes OpenAI chat-completions / fine-tunin
 ({"messages": [{"role", "content"}]}, usually with no id: the id is then `anon_id`'s).
 
 `chat_turn` maps one message onto the raw-turn fields `validated_turns` expects; the turn-level
-reader reuses it for its rows. `content` may be OpenAI's list of parts: its text parts are the
-turn's text, and other parts (images, audio) are counted in a `non_text_content` row. A
+reader reuses it for its rows. `content` may be OpenAI's list of parts: its text parts (and parts
+that are plain strings) are the turn's text, and other parts (images, audio) are counted in a
+`non_text_content` row. A
 system, developer or tool message, or an assistant tool call, with no text is no turn: it is
 skipped and counted (`skipped_system` / `skipped_tool`); with text it is kept like any other.
 Exchanges follow the roles when there are user/assistant roles, else speaker pairs.
@@ -24,6 +25,7 @@ from lychee_ray.io.readers.common import (
     finish,
     scalar_text,
     validated_turns,
+    with_article,
 )
 from lychee_ray.schemas import Conversation
 from lychee_ray.tables import Turn
@@ -65,7 +67,7 @@ def chat_turn(t, i: int, field_prefix: str) -> dict:
     if text is None or (isinstance(text, str) and not text.strip()):
         role = (scalar_text(t.get("role")) or "").lower()
         if role in SKIPPED_ROLES:
-            raw.update(skip=SKIPPED_ROLES[role], why=f"is a {role} message with no text")
+            raw.update(skip=SKIPPED_ROLES[role], why=f"is {with_article(role)} message with no text")
         elif t.get("tool_calls") or t.get("function_call"):
             raw.update(skip="skipped_tool", why="is a tool call with no text")
     return raw
@@ -73,12 +75,16 @@ def chat_turn(t, i: int, field_prefix: str) -> dict:
 
 def content_text(content) -> tuple[object, list[str]]:
     """OpenAI's content parts -> (their text parts joined by newlines, or None when there are
-    none; the types of the other parts). Anything but a list comes back as it is, for
-    `validated_turns` to check: a string is the text, another type is recorded there."""
+    none; the types of the other parts). A part that is a plain string is a text part: some
+    chat exports write a message as a list of strings, and a string part can only be text
+    (dropping it would lose the message). Anything but a list comes back as it is, for `validated_turns`
+    to check: a string is the text, another type is recorded there."""
     if not isinstance(content, list):
         return content, []
     texts, dropped = [], []
     for part in content:
+        if isinstance(part, str):
+            part = {"type": "text", "text": part}
         kind = scalar_text(part.get("type")) if isinstance(part, dict) else None
         text = part.get("text") if isinstance(part, dict) else None
         if isinstance(text, dict):  # the Assistants API: {"type": "text", "text": {"value": ...}}

@@ -33,6 +33,7 @@ from lychee_ray.io.readers.common import (
     scalar_text,
     short,
     validated_turns,
+    with_article,
 )
 from lychee_ray.schemas import Conversation
 
@@ -132,7 +133,7 @@ def _node_turn(node, key: str) -> dict:
     author = msg.get("author")
     role = scalar_text(author.get("role")) if isinstance(author, dict) else None
     if role is not None and role.lower() in SKIPPED_ROLES:
-        return dict(field_prefix=fld, skip=SKIPPED_ROLES[role.lower()], why=f"is a {role} message")
+        return dict(field_prefix=fld, skip=SKIPPED_ROLES[role.lower()], why=f"is {with_article(role)} message")
     recipient = scalar_text(msg.get("recipient"))
     if recipient is not None and recipient != "all":
         return dict(field_prefix=fld, skip="skipped_tool", why=f"is addressed to the tool {short(recipient)}")

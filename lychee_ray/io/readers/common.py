@@ -78,7 +78,9 @@ SKIPPED_ROLES = {
     "observation": "skipped_tool",
     "ipython": "skipped_tool",
 }
-SKIP_KINDS = ("skipped_system", "skipped_tool", "skipped_no_text", "off_branch")
+# `bad_text` (text that is a number or an object) is no skip by role, but it too stands for one
+# input turn not kept, so it counts where the skips count (`store.rows.DROPPED_TURN_KINDS`).
+SKIP_KINDS = ("skipped_system", "skipped_tool", "skipped_no_text", "off_branch", "bad_text")
 
 
 @dataclass
@@ -122,12 +124,44 @@ def anon_id(src: Source, content) -> str:
 
 def checked_conversation_id(obj: dict, field: str, src: Source, errors: list[ErrorEntry]) -> str:
     """The id in `obj[field]` (`conversation_id`, anonymous from `src` and `obj` when absent),
-    recording an id of the wrong type (a list, a dict) that had to be replaced."""
+    recording an id that had to be replaced: of the wrong type (a list, a dict) or blank."""
     raw = obj.get(field)
     cid = conversation_id(raw, src, obj)
-    if raw is not None and not isinstance(raw, str) and scalar_text(raw) is None:
-        errors.append(ErrorEntry(src.path, src.where, field, "bad_field", f"{src.path}:{src.where}: field '{field}' is a {type(raw).__name__}, not a string; the conversation is read as {cid}"))
+    if (problem := id_problem(raw)) is not None:
+        errors.append(ErrorEntry(src.path, src.where, field, "bad_field", f"{src.path}:{src.where}: field '{field}' {problem}; the conversation is read as {cid}"))
     return cid
+
+
+def id_problem(raw) -> str | None:
+    """Why a given id value names no conversation ("is blank", "is a list, not a string"), or
+    None when it does or is absent (null)."""
+    text = scalar_text(raw)
+    if raw is None or (text is not None and text != "None"):
+        return None
+    if text == "None":  # a null written out as text by some exporter
+        return f"is {short(raw)}, which names no conversation"
+    if isinstance(raw, str):
+        return f"is blank ({short(raw)})"
+    return f"is {a_type(raw)}, not a string"
+
+
+def a_type(value) -> str:
+    """The type of a parsed value as English: "an int", "a dict", "null"."""
+    return type_phrase(type(value).__name__)
+
+
+def type_phrase(name: str) -> str:
+    """A type name with its article ("an int", "a str"); NoneType is "null", as JSON says it."""
+    if name == "NoneType":
+        return "null"
+    return with_article(name)
+
+
+def with_article(word: str) -> str:
+    """`word` after "a" or "an", by its first letter ("an observation", "a tool", "a user")."""
+    bare = word.lstrip("'\"").lower()  # a quoted name: "an 'observation' turn"
+    vowel = bare[:1] in ("a", "e", "i", "o") or (bare[:1] == "u" and not bare.startswith(("us", "uni")))
+    return f"{'an' if vowel else 'a'} {word}"
 
 
 def as_list(value, field: str, rec: Recorder) -> list:
@@ -136,7 +170,7 @@ def as_list(value, field: str, rec: Recorder) -> list:
         return []
     if isinstance(value, list):
         return value
-    rec.record(field, "bad_field", f"field '{field}' is a {type(value).__name__}, not a list; its content is not read")
+    rec.record(field, "bad_field", f"field '{field}' is {a_type(value)}, not a list; its content is not read")
     return []
 
 
@@ -175,14 +209,17 @@ def validated_turns(raw_turns: list[dict], cid: str, src_path: str, where: int, 
         fld = rt.get("field_prefix", f"turns[{k}]")
         text = rt.get("text")
         if rt.get("bad"):
-            errors.append(ErrorEntry(path, line, fld, "bad_turn", f"{path}:{line}: {cid}: {fld} is a {rt.get('bad_type', 'value')}, not an object; turn skipped", cid))
+            errors.append(ErrorEntry(path, line, fld, "bad_turn", f"{path}:{line}: {cid}: {fld} is {type_phrase(rt.get('bad_type', 'value'))}, not an object; turn skipped", cid))
             continue
         if rt.get("skip"):  # a system prompt, tool traffic, a node with no text: no turn, but counted
             errors.append(ErrorEntry(path, line, fld, rt["skip"], f"{path}:{line}: {cid}: {fld} {rt.get('why', 'is no turn')}; skipped", cid))
             continue
         dropped = rt.get("dropped") or []  # non-text parts (images, audio) of the message
-        if text is None or not isinstance(text, str) or not text.strip():
-            problem = f"no text, only non-text parts ({short(sorted(set(dropped)))})" if dropped and text is None else _text_problem(text)
+        if text is not None and not isinstance(text, str):
+            errors.append(ErrorEntry(path, line, f"{fld}.text", "bad_text", f"{path}:{line}: {cid}: {fld} has text that is {a_type(text)}, not a string; turn skipped", cid))
+            continue
+        if text is None or not text.strip():
+            problem = f"no text, only non-text parts ({short(sorted(set(dropped)))})" if dropped and text is None else ("no text" if text is None else "empty text")
             errors.append(ErrorEntry(path, line, f"{fld}.text", "missing_field", f"{path}:{line}: {cid}: {fld} has {problem}; turn skipped", cid))
             continue
         if dropped:
@@ -226,26 +263,20 @@ def _unique_turn_id(turn_id: str, k: int, seen_ids: set[str], fld: str, cid: str
     while new_id in seen_ids:  # a loop: the renamed id may itself be taken ("t1" twice beside "t1#1")
         new_id = f"{new_id}#{k}"
     if new_id != turn_id:
-        errors.append(ErrorEntry(path, line, f"{fld}.turn_id", "duplicate_turn_id", f"{cid}: turn id {turn_id} repeats; renamed {new_id}", cid))
+        errors.append(ErrorEntry(path, line, f"{fld}.turn_id", "duplicate_turn_id", f"{path}:{line}: {cid}: {fld}: turn id {turn_id} repeats an earlier turn's; renamed {new_id}", cid))
     seen_ids.add(new_id)
     return new_id
 
 
-def _text_problem(text) -> str:
-    if text is None:
-        return "no text"
-    if not isinstance(text, str):
-        return f"text that is a {type(text).__name__}, not a string"
-    return "empty text"
-
-
 def _checked_timestamp(value, field: str, cid: str, path: str, line, errors: list[ErrorEntry]) -> str | None:
-    """The turn's time as ISO, or None; a stamp that does not parse is recorded (the turn stays)."""
-    if value is None or value == "":
+    """The turn's time as ISO, or None; a stamp that does not parse, an empty one included, is
+    recorded (the turn stays). Only an absent stamp (null) is no problem."""
+    if value is None:
         return None
     parsed = parsed_stamp(value)
     if parsed is None:
-        errors.append(ErrorEntry(path, line, field, "bad_timestamp", f"{path}:{line}: {cid}: {field} {short(value)} is not a date; the turn is kept without a time", cid))
+        problem = "is empty" if isinstance(value, str) and not value.strip() else "is not a date"
+        errors.append(ErrorEntry(path, line, field, "bad_timestamp", f"{path}:{line}: {cid}: {field} {short(value)} {problem}; the turn is kept without a time", cid))
         return None
     return parsed.isoformat()
 

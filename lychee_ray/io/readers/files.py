@@ -1,15 +1,17 @@
-"""Files -> conversations: which input files there are, and every conversation of each.
+"""Files -> conversations: every conversation of each part of the input.
 
 The input is a path or any pyarrow filesystem URI (``s3://bucket/archive?endpoint_override=...``,
-``gs://``, ``file://``): the driver lists it (`list_input_files`) and plans the read
-(`plan.plan_parts`: one part per file, byte ranges for a large JSON Lines file), and each part
-is read by `read_part`, in a Ray task of the ingest job or in this process (`iter_conversations`).
+``gs://``, ``file://``): the driver lists it (`listing.list_input_files`, re-exported here) and
+plans the read (`plan.plan_parts`: one part per file, byte ranges for a large JSON Lines file,
+one part per BEAM conversation folder), and each part is read by `read_part`, in a Ray task of
+the ingest job or in this process (`iter_conversations`).
 
 The content decides how a file is read, not its name: gzip and zstd are unpacked (found by their
 magic bytes), Parquet is found by its magic, and text is parsed as one JSON document or as JSON
 Lines. A file that is none of these is an `unsupported_format` error row, so every file under an
 input folder is either read or named; only a lychee-ray store inside the folder (an output written
-there) is never read as input.
+there) is never read as input. A BEAM folder is read by `beam.read_beam_folder`, its files never
+one by one; a BEAM batch met in a plain file is an error row that says to give its folder.
 
 Nothing in a file stops the read. Text is decoded leniently (bad UTF-8 is recorded at its line);
 values nested too deeply for the parser are cut to null and recorded; each object's format is
@@ -24,33 +26,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import NamedTuple
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from lychee_ray.config_sections import ReadConfig
-from lychee_ray.io.fs import (
-    child_uri,
-    display_uri,
-    is_local,
-    join_path,
-    open_input,
-    resolve_uri,
-    walk_files,
-)
+from lychee_ray.io.fs import open_input
+from lychee_ray.io.readers.beam import CHAT_FILES, QUESTIONS_FILE, is_beam_batch, read_beam_folder
 from lychee_ray.io.readers.chat import read_chat
 from lychee_ray.io.readers.chatgpt import is_chatgpt_export, read_chatgpt
-from lychee_ray.io.readers.common import (
-    ErrorEntry,
-    InputError,
-    Source,
-    error_conversation,
-    short,
-)
+from lychee_ray.io.readers.common import ErrorEntry, Source, error_conversation, short
 from lychee_ray.io.readers.decode import (
     BOM,
     MAX_DEPTH,
@@ -67,25 +53,13 @@ from lychee_ray.io.readers.decode import (
     unpacked,
     unsupported_message,
 )
+from lychee_ray.io.readers.listing import list_input_files  # noqa: F401  (callers list and read through this module)
 from lychee_ray.io.readers.locomo import read_locomo
 from lychee_ray.io.readers.longmemeval import read_longmemeval
-from lychee_ray.io.readers.plan import (
-    FilePart,
-    FirstCopies,
-    Place,
-    number_parts,
-    parts_to_count,
-    plan_parts,
-)
+from lychee_ray.io.readers.plan import FilePart, FirstCopies, Place, number_parts, parts_to_count, plan_parts
 from lychee_ray.io.readers.sharegpt import is_sharegpt, read_sharegpt
-from lychee_ray.io.readers.turns import (
-    TurnRow,
-    parquet_turn_rows,
-    turn_conversations,
-    turn_row,
-)
+from lychee_ray.io.readers.turns import TurnRow, parquet_turn_rows, turn_conversations, turn_row
 from lychee_ray.schemas import Conversation
-from lychee_ray.tables import MANIFEST, STORE_FORMAT
 
 log = logging.getLogger(__name__)
 # `_detect_object`'s kinds; every reader takes (the object, its `Source`, the read config)
@@ -98,86 +72,6 @@ class Found(NamedTuple):
 
     conv: Conversation
     place: Place | None
-
-
-# --------------------------------------------------------------------------------------------
-# Planning: which files
-# --------------------------------------------------------------------------------------------
-class InputFile(str):
-    """An input file's path or URI as the user would write it, which also knows its size from the
-    listing: planning byte ranges then needs no second request per file to an object store."""
-
-    def __new__(cls, uri: str, size: int | None = None):
-        obj = super().__new__(cls, uri)
-        obj.size = size
-        return obj
-
-
-def list_input_files(path: str, exclude: str | None = None) -> list[InputFile]:
-    """Every file under `path` (a file or a folder, searched recursively; a path or any pyarrow
-    filesystem URI, whose query configures the filesystem), sorted, each named under `path` as
-    given (a URI keeps its query). A folder holding a lychee-ray store, and `exclude` (the run's
-    output), are never input: a rerun with the output inside the input must not read its own
-    manifest and Parquet parts."""
-    shown = display_uri(path)
-    try:
-        fs, base = resolve_uri(path)
-        info = fs.get_file_info(base)
-    except (OSError, ValueError) as exc:  # an unknown scheme, an endpoint that does not answer
-        raise InputError(f"input {shown} cannot be opened: {short(str(exc))}") from None
-    if info.type == pafs.FileType.File:
-        return [InputFile(path if "://" in path else str(Path(path)), info.size)]
-    if info.type != pafs.FileType.Directory:
-        raise InputError(f"input {shown} does not exist")
-    found = walk_files(fs, base)
-    skipped = _not_input(fs, base, found, exclude)
-    # sorted by path, not by the URI: a query after the path must not change the order
-    files = [
-        InputFile(child_uri(path, name[len(base) :].lstrip("/")), size)
-        for name, size in sorted(found)
-        if not any(name.startswith(f"{s}/") for s in skipped)
-    ]
-    if not files:
-        raise InputError(f"input directory {shown} holds no files (a lychee-ray store in it is not input)")
-    return files
-
-
-def _not_input(fs: pafs.FileSystem, base: str, found: list[tuple[str, int | None]], exclude: str | None) -> list[str]:
-    """The folders under `base` whose files are not input: lychee-ray stores and `exclude`."""
-    stores = {name.rpartition("/")[0] for name, _ in found if name.rpartition("/")[2] == MANIFEST}
-    skipped = [folder for folder in sorted(stores) if is_store(fs, folder)]
-    for folder in skipped:
-        log.info("not reading %s as input: it is a lychee-ray store", folder)
-    out = _output_folder(fs, base, exclude) if exclude else None
-    return skipped + ([out] if out else [])
-
-
-def _output_folder(fs: pafs.FileSystem, base: str, exclude: str) -> str | None:
-    """`exclude` as a folder of the listing under `base` when it lies there (or is `base`)."""
-    try:
-        out_fs, out = resolve_uri(exclude)
-    except (OSError, ValueError):
-        return None
-    if out_fs.type_name != fs.type_name:
-        return None
-    if is_local(fs):  # compare resolved paths, then name the folder as the listing does
-        real_base, real_out = os.path.realpath(base), os.path.realpath(out)
-        if real_out != real_base and not real_out.startswith(real_base.rstrip("/") + "/"):
-            return None
-        out = os.path.normpath(join_path(base, os.path.relpath(real_out, real_base)))
-    if out != base and not out.startswith(base.rstrip("/") + "/"):
-        return None
-    return out
-
-
-def is_store(fs: pafs.FileSystem, folder: str) -> bool:
-    """Whether `folder` holds a lychee-ray store: a manifest.json with the store's format tag."""
-    try:
-        with fs.open_input_file(join_path(folder, MANIFEST)) as fh:
-            manifest = json.loads(fh.read(1 << 20))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(manifest, dict) and manifest.get("format") == STORE_FORMAT
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,32 +111,22 @@ def keep_first(ask, conv: Conversation, place: Place | None) -> Conversation:
 
 
 def duplicate_copy(conv: Conversation, place: Place, first: Place) -> Conversation:
-    """The row for a later copy of a conversation id (two copies would sink the writer's batch).
-    A copy in the file of the first is a `duplicate_id` error row naming both lines, as a read of
-    that file alone says it; a copy from another file keeps its row, under an id derived from
-    its place and with status `duplicate`. Either way its turns are counted (n_input_turns), not
-    ingested twice, and its own error rows stay with it."""
-    n_turns = len(conv.turns)
-    if first.key == place.key:
-        dup = error_conversation(
-            ErrorEntry(
-                place.path,
-                place.line,
-                "conversation_id",
-                "duplicate_id",
-                f"{place}: conversation id {short(conv.conversation_id)} already appeared at {first.unit} {first.where} of this file; "
-                f"this copy ({n_turns} turns, {len(conv.questions)} questions) is not read",
-            ),
-            place.key,
-        )
-        dup.errors += [dict(row, conversation_id=dup.conversation_id) for row in conv.errors]
-        dup.n_input_turns = n_turns
-        return dup
-    original = conv.conversation_id
+    """The row for a later copy of a conversation id (two copies would sink the writer's batch):
+    it keeps its row, under an id derived from its place and with status `duplicate`, whether
+    the first copy is in the same file or another (one fact, one status). Its `duplicate_id`
+    errors row names both places; its turns are counted (n_input_turns), not ingested twice, and
+    its own error rows stay with it."""
+    n_turns, original = len(conv.turns), conv.conversation_id
     # derived from the place, so a resumed run (or a read from another mount) finds the same row
     conv.conversation_id = f"{original}#dup-{hashlib.sha1(f'{original}|{place.key}:{place.where}'.encode()).hexdigest()[:8]}"
     conv.status = "duplicate"
-    conv.error = f"duplicate conversation id {original!r}: first seen in {first}; this copy in {place} ({n_turns} turns) was not ingested"
+    if first.key == place.key:  # as a read of that one file alone says it
+        conv.error = (
+            f"{place}: conversation id {short(original)} already appeared at {first.unit} {first.where} of this file; "
+            f"this copy ({n_turns} turns, {len(conv.questions)} questions) is not read"
+        )
+    else:
+        conv.error = f"duplicate conversation id {original!r}: first seen in {first}; this copy in {place} ({n_turns} turns) was not ingested"
     conv.errors = [dict(row, conversation_id=conv.conversation_id) for row in conv.errors]
     conv.errors.append(ErrorEntry(place.path, place.line, "conversation_id", "duplicate_id", conv.error, conv.conversation_id).as_row())
     conv.n_input_turns = n_turns
@@ -253,7 +137,20 @@ def duplicate_copy(conv: Conversation, place: Place, first: Place) -> Conversati
 
 def read_part(part: FilePart, cfg: ReadConfig) -> Iterator[Found | TurnRow]:
     """Everything one part of the plan gives: conversations with their places, and turn rows."""
+    if part.folder == "beam":
+        return _beam_folder(part, cfg)
     return _FileReader(part, cfg).items()
+
+
+def _beam_folder(part: FilePart, cfg: ReadConfig) -> Iterator[Found]:
+    """A BEAM folder's one conversation; a bug or an unforeseen shape costs one error row."""
+    try:
+        conv = read_beam_folder(part.uri, Source(part.path, part.key, 0), cfg)
+    except Exception as exc:
+        log.exception("reading the BEAM folder %s failed", part.path)
+        yield Found(error_conversation(ErrorEntry(part.path, None, None, "reader_error", f"{part.path}: BEAM folder: {type(exc).__name__}: {short(str(exc))}"), part.key), None)
+        return
+    yield Found(conv, Place(part.index, 0, part.path, part.key))
 
 
 def _unique_id(conv: Conversation, seen: set[str]) -> Conversation:
@@ -418,6 +315,8 @@ class _FileReader:
                 yield turn_row(obj, self.place(where))
             elif kind is None:
                 yield self.error(where, None, "unknown_format", f"{shown}: object with keys {short(sorted(obj)[:8])} is not a known conversation or turn format")
+            elif kind == "beam_batch":
+                yield self.error(where, None, "unknown_format", f"{shown}: a BEAM batch outside its folder; BEAM is read from a conversation folder ({' or '.join(CHAT_FILES)} beside {QUESTIONS_FILE}): give that folder as input")
             else:
                 yield Found(READERS[kind](obj, Source(self.path, self.key, where), self.cfg), self.place(where))
         except Exception as exc:  # a reader bug or a shape we did not foresee: record, go on
@@ -444,6 +343,8 @@ def _detect_object(obj: dict) -> str | None:
         return "locomo"
     if "haystack_sessions" in obj:
         return "longmemeval"
+    if is_beam_batch(obj):  # before "chat": a batch holds `turns` too
+        return "beam_batch"
     if "turns" in obj or "messages" in obj:
         return "chat"
     if is_sharegpt(obj):

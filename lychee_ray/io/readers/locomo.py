@@ -22,6 +22,7 @@ from lychee_ray.io.readers.common import (
     ErrorEntry,
     Recorder,
     Source,
+    a_type,
     as_list,
     checked_conversation_id,
     finish,
@@ -123,7 +124,7 @@ def normalize_evidence(ids) -> list[str]:
 
 def _locomo_question(cid: str, idx: int, qa, question_date: str | None, rec: Recorder) -> Question | None:
     if not isinstance(qa, dict):
-        rec.record(f"qa[{idx}]", "bad_question", f"qa[{idx}] is a {type(qa).__name__}, not an object; question skipped")
+        rec.record(f"qa[{idx}]", "bad_question", f"qa[{idx}] is {a_type(qa)}, not an object; question skipped")
         return None
     answer = qa.get("answer", qa.get("adversarial_answer", ""))
     return Question(

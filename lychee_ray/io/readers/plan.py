@@ -1,7 +1,8 @@
 """Read planning: the parts of the input that read tasks take, and which copy of an id is first.
 
 Every input file is one part, read whole by one task and by its content (any format, compressed
-or not), except a plain JSON Lines file larger than `read.split_bytes`: that one is cut into byte
+or not), and so is every BEAM conversation folder (its files read together), except a plain JSON
+Lines file larger than `read.split_bytes`: that one is cut into byte
 ranges of about that size at line starts, each read by a task of its own and streamed
 (`decode.iter_range_lines`). A range must know the number of its first line, since messages,
 error ids and anonymous ids name lines: each range but a file's last is counted by a cheap task
@@ -42,6 +43,7 @@ class FilePart:
     start: int = 0
     end: int | None = None  # None: the whole file, read by content
     first_line: int = 1  # 0 for a range not numbered yet (`number_parts`)
+    folder: str | None = None  # a folder read as one conversation: its format ("beam")
 
     @property
     def is_range(self) -> bool:
@@ -75,11 +77,16 @@ def whole_part(uri: str, index: int = 0, root: str | None = None) -> FilePart:
 # Planning (driver)
 # --------------------------------------------------------------------------------------------
 def plan_parts(files: Iterable[str], root: str | None, split_bytes: int) -> list[FilePart]:
-    """One part per file, or several ranges for a JSON Lines file over `split_bytes` (0: never).
-    A file's size comes from the listing (`files.InputFile.size`) when it knows it."""
+    """One part per file, or several ranges for a JSON Lines file over `split_bytes` (0: never);
+    one part per folder the listing marks as read whole (`listing.InputFile.folder`: BEAM). A
+    file's size comes from the listing (`listing.InputFile.size`) when it knows it."""
     parts: list[FilePart] = []
     for index, uri in enumerate(files):
-        parts += _ranges(whole_part(str(uri), index, root), getattr(uri, "size", None), split_bytes)
+        part = whole_part(str(uri), index, root)
+        if folder := getattr(uri, "folder", None):
+            parts.append(replace(part, folder=folder))
+        else:
+            parts += _ranges(part, getattr(uri, "size", None), split_bytes)
     return parts
 
 

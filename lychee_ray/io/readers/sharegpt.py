@@ -24,6 +24,7 @@ from lychee_ray.io.readers.common import (
     finish,
     scalar_text,
     validated_turns,
+    with_article,
 )
 from lychee_ray.schemas import Conversation
 
@@ -68,7 +69,7 @@ def _sharegpt_turn(t, i: int) -> dict:
     if name is not None and name.lower() in SKIPPED_ROLES:
         # A system prompt or tool traffic is no turn of the conversation, but it is counted:
         # one row per skipped turn, so turns in the file = stored turns + skipped rows.
-        return dict(field_prefix=field_prefix, skip=SKIPPED_ROLES[name.lower()], why=f"is a '{name}' turn")
+        return dict(field_prefix=field_prefix, skip=SKIPPED_ROLES[name.lower()], why=f"is {with_article(repr(name))} turn")
     role = ROLES.get(name.lower(), name) if name is not None else None
     return dict(
         session_id="session_1",

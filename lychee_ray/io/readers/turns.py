@@ -5,8 +5,8 @@ A read task does not make conversations of turn rows: it passes each row on as a
 the rows of one conversation_id are brought together from every file and byte range of the input
 (the ingest job groups them with Ray Data; `files.iter_conversations` in memory), so a
 conversation whose turns are spread over several files (one file per day) is one conversation.
-Rows with no conversation_id cannot be matched across files: those of one file are one
-anonymous conversation. `conversation_from_turn_rows` then orders a conversation's rows by
+Rows with no conversation_id (null, blank, a list) cannot be matched across files: those of one
+file are one anonymous conversation, and each such row is an errors row (its turn is kept). `conversation_from_turn_rows` then orders a conversation's rows by
 timestamp, then `turn_idx`, then place (file in listing order, line) and maps them through the
 chat reader's fields.
 """
@@ -28,6 +28,7 @@ from lychee_ray.io.readers.common import (
     conversation_id,
     error_conversation,
     finish,
+    id_problem,
     parsed_stamp,
     scalar_text,
     short,
@@ -87,10 +88,20 @@ def conversation_from_turn_rows(rows: list[TurnRow], cfg: ReadConfig) -> Convers
     src = Source(first.path, first.key, first.where)
     conv = Conversation(conversation_id=conversation_id(rows[0].cid, src, [r.obj for r in rows]), source="turns", source_file=first.path)
     errors = [note for r in rows for note in r.notes]
+    errors += [_no_id(r, conv.conversation_id) for r in rows if r.cid is None]
     raw = [dict(chat_turn(r.obj, i, f"line {r.place.where}"), line=r.place.where, path=r.place.path) for i, r in enumerate(in_turn_order(rows))]
     conv.turns = validated_turns(raw, conv.conversation_id, first.path, first.where, errors, cfg)
     conv.exchanges = group_exchanges(conv.turns, "role" if has_roles(conv.turns) else "pair")
     return finish(conv, errors)
+
+
+def _no_id(row: TurnRow, cid: str) -> ErrorEntry:
+    """The row names no conversation (null, blank, a list): kept, in its file's conversation of
+    such rows, since its turn is whole and only the grouping key is lost; the row says so."""
+    raw = row.obj.get("conversation_id")
+    problem = id_problem(raw)
+    kind, problem = ("missing_field", "is null") if problem is None else ("bad_field", problem)
+    return ErrorEntry(row.place.path, row.place.line, "conversation_id", kind, f"{row.place}: conversation_id {problem}; the row is read into {cid}, its file's conversation of rows without an id", cid)
 
 
 def in_turn_order(rows: list[TurnRow]) -> list[TurnRow]:
