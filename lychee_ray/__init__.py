@@ -7,7 +7,7 @@ stored as Parquet and queried through DuckDB. `lychee-ray ingest` builds a store
     from lychee_ray import Memory
 
     with Memory.open("out/store") as memory:
-        for item in memory.search("conv-26", "Where did Caroline move from?", k=5):
+        for item in memory.search(memory.conversations()[0], "Where did Ana move from?", k=5):
             print(item.type, item.time, item.text)
 
 The stages live in subpackages, lowest first: io, llm, rules, runtime (inputs, the LLM client,

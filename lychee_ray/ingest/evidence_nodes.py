@@ -3,7 +3,7 @@ of records and node names.
 
 Node kinds (DESIGN.md):
 - entity: a normalized name; aliases collected from the encoder's resolution states are merged
-  into the name they refer to ("Mel" -> "Melanie");
+  into the name they refer to ("Liz" -> "Elizabeth");
 - topic; entity_topic: an (entity, topic) pair that co-occurs in a record;
 - time: a day bucket (YYYY-MM-DD) and a month bucket (YYYY-MM) per normalized record time;
 - event_frame: a session plus a local window of turns, grouping what was said together.

@@ -48,7 +48,7 @@ SUMMARY_INSTRUCTION = "Return exactly ONE record: a summary of the whole segment
 
 
 def render_turns(turns: list[Turn]) -> str:
-    """Turn lines as the model sees them: `[D1:3] Caroline (2023-05-08 13:56): text`."""
+    """Turn lines as the model sees them: `[D1:3] Ana (2023-05-08 13:56): text`."""
     lines = []
     for t in turns:
         when = f" ({t.timestamp.replace('T', ' ')[:16]})" if t.timestamp else ""

@@ -4,8 +4,8 @@ An agent (or any Python program) opens a store that `lychee-ray ingest` wrote an
 questions, one conversation at a time::
 
     with Memory.open("out/store") as memory:
-        items = memory.search("conv-26", "Where did Caroline move from?")
-        reply = memory.answer("conv-26", "Where did Caroline move from?")
+        items = memory.search("chat-1", "Where did Ana move from?")
+        reply = memory.answer("chat-1", "Where did Ana move from?")
 
 It is the path `lychee-ray evaluate` measures, not a second one: both build the same
 `QueryEngine` (query/engine.py) from the config: the same planner (rules, or the LLM under

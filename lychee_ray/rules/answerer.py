@@ -24,7 +24,7 @@ from lychee_ray.rules.timeparse import find_time_expressions
 # --------------------------------------------------------------------------------------------
 def _stems(text: str) -> set[str]:
     """Stemmed non-stopwords. Fillers count here: "love" is small talk in a greeting but the
-    point of "What does Melanie love?"."""
+    point of "What does Elizabeth love?"."""
     return {stem(t) for t in (norm_token(x) for x in WORD_RE.findall(text)) if t and t not in STOPWORDS}
 
 

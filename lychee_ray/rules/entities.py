@@ -15,7 +15,7 @@ from lychee_ray.rules.lexicon import ENTITY_STOP
 from lychee_ray.rules.pronouns import at_sentence_start
 from lychee_ray.rules.text import WORD_RE, norm_token
 
-# A dot only inside a word ("St.Louis"), so "Caroline. Taking" is two spans.
+# A dot only inside a word ("St.Louis"), so "Ana. Taking" is two spans.
 _CAP_WORD = r"[A-Z](?:[\w'&+-]|\.(?=\w))*"
 CAP_SPAN_RE = re.compile(rf"(?<![\w'-]){_CAP_WORD}(?:\s+(?:(?:of|the|and|de|la|van|von|&)\s+){{0,2}}{_CAP_WORD})*")
 PHOTO_OF_RE = re.compile(r"\[image:\s*(?:a\s+)?(?:photo|photograph|photography|picture|pic|close up|closeup|screenshot)\s+of\b", re.I)
@@ -40,7 +40,7 @@ class EntityIndex:
         low = name.lower()
         if low in self.canonical:
             return self.canonical[low]
-        if len(low) >= 3:  # "Mel" for "Melanie": a proper prefix of exactly one participant
+        if len(low) >= 3:  # "Eliza" for "Elizabeth": a proper prefix of exactly one participant
             hits = [p for p in self.participants if p.lower().startswith(low) and p.lower() != low]
             if len(hits) == 1:
                 self.aliases.setdefault(hits[0], [])

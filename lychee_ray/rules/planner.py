@@ -87,7 +87,7 @@ class RulesPlanner:
 def _candidate_names(words: list[str]) -> list[str]:
     """The whole capitalized span, or failing a match, its single words."""
     out = []
-    for part in AND_SPLIT_RE.split(" ".join(words)):  # "Jon and Gina" is two names
+    for part in AND_SPLIT_RE.split(" ".join(words)):  # "Ana and Boris" is two names
         ws = [w for w in (clean_entity(x) for x in part.split()) if w and w.lower() not in ENTITY_STOP]
         if ws:
             out.append(" ".join(ws))

@@ -1,8 +1,8 @@
 """Pronoun resolution, so a record stands alone: first person -> the speaker's name, second person
 -> the other participant.
 
-The verb after a rewritten subject is made to agree ("I love" -> "Caroline loves", "have you
-been" -> "has Caroline been"); set phrases such as "you know" and "thank you" are left alone. Role
+The verb after a rewritten subject is made to agree ("I love" -> "Ana loves", "have you
+been" -> "has Ana been"); set phrases such as "you know" and "thank you" are left alone. Role
 speakers are named "the user" / "the assistant" (`display_name`).
 """
 
@@ -22,7 +22,7 @@ from lychee_ray.rules.lexicon import (
 # "-" in the guards: "me-time" is not "me".
 _FIRST_RE = re.compile(r"(?<![\w'-])(?:(?P<s>I|i)(?:'(?P<c>m|ve|d|ll))?|(?P<o>(?i:me|my|mine|myself)))(?![\w'-])")
 _SECOND_RE = re.compile(r"(?<![\w'-])(?:(?P<s>(?i:you))(?:'(?P<c>re|ve|d|ll))?|(?P<o>(?i:your|yours|yourself|yourselves)))(?![\w'-])")
-# An auxiliary right before a subject pronoun agrees with the name: "have you been" -> "has Caroline been".
+# An auxiliary right before a subject pronoun agrees with the name: "have you been" -> "has Ana been".
 _AUX_BEFORE_RE = re.compile(r"(?<![\w'])(am|are|were|have|do|don't|haven't|aren't|weren't)(\s+)$", re.I)
 _NEXT_WORD_RE = re.compile(rf"(\s+)(?:((?i:{ADVERBS}))(\s+))?([A-Za-z']+)")
 _KEEP_SECOND_RE = re.compile(r"\s+(?:know\b(?=\s*(?:[,.!?]|$))|guys\b|all\b)", re.I)
@@ -30,7 +30,7 @@ _KEEP_SECOND_BEFORE_RE = re.compile(r"(?i:\b(?:thank|thanks|see|bless)\s+)$")
 
 
 def display_name(speaker: str) -> str:
-    """How a speaker is named inside record text: "Caroline", or "the user" for role speakers."""
+    """How a speaker is named inside record text: "Ana", or "the user" for role speakers."""
     s = (speaker or "").strip()
     return f"the {s.lower()}" if s.lower() in ROLE_SPEAKERS else s or "someone"
 
@@ -115,7 +115,7 @@ def _rewrite_person(text: str, rx: re.Pattern, name: str, second: bool) -> str:
 
 def resolve_pronouns(text: str, speaker: str, other: str | None) -> str:
     """First person -> the speaker's name; second person -> the other participant, when known.
-    "I went" -> "Caroline went", "my" -> "Caroline's", "I love" -> "Caroline loves"."""
+    "I went" -> "Ana went", "my" -> "Ana's", "I love" -> "Ana loves"."""
     text = _rewrite_person(text, _FIRST_RE, display_name(speaker), second=False)
     if other:
         text = _rewrite_person(text, _SECOND_RE, display_name(other), second=True)

@@ -91,7 +91,7 @@ def content_words(text: str, names: Iterable[str] = ()) -> list[str]:
         t = norm_token(tok)
         if len(t) < 2 and not t.isdigit() or t in STOPWORDS or t in FILLERS or t in skip:
             continue
-        if tok[0].isupper() and is_name_prefix(t, skip):  # "Mel" for Melanie
+        if tok[0].isupper() and is_name_prefix(t, skip):  # "Eliza" for Elizabeth
             continue
         out.append(t)
     return out
