@@ -215,3 +215,7 @@ class AnswerOutput(_Strict):
 
 class JudgeOutput(_Strict):
     label: Literal["CORRECT", "WRONG"]
+
+
+class RubricGrade(_Strict):
+    score: Literal[0, 0.5, 1]

@@ -48,7 +48,7 @@ ANSWERS_SCHEMA = pa.schema(
         ("evidence_turn_ids", pa.list_(pa.string())),
         ("context_tokens", pa.int64()),
         ("plan", pa.string()),
-        ("judge_label", pa.string()),
+        ("judge_label", pa.string()),  # a BEAM question's: CORRECT when every rubric nugget was fully met
         ("answer_fallback", pa.bool_()),
         ("f1", pa.float64()),
         ("bleu1", pa.float64()),
@@ -70,6 +70,10 @@ ANSWERS_SCHEMA = pa.schema(
         ("llm_calls", pa.int64()),
         # the ablation grid only (null elsewhere): o200k estimates of what an LLM would be sent
         # under the rules backend, and how much of a full-context reference did not fit
+        ("difficulty", pa.string()),
+        ("rubric_grades", pa.list_(pa.float64())),  # BEAM: each nugget's grade 0 / 0.5 / 1 (null: the judge call failed)
+        ("rubric_score", pa.float64()),  # BEAM: their mean, a failed one counted 0 (the authors' score)
+        ("order_tau", pa.float64()),  # BEAM event ordering: normalized Kendall tau-b (no LLM needed)
         ("est_prompt_tokens", pa.int64()),
         ("est_completion_tokens", pa.int64()),
         ("dropped_turns", pa.int64()),
@@ -110,6 +114,10 @@ def answer_row(item: QAItem) -> dict:
         "judge_completion_tokens": judge.completion_tokens,
         "cached_tokens": plan.cached_tokens + answer.cached_tokens,  # prompt tokens the server's prefix cache served
         "llm_calls": plan.calls + answer.calls,
+        "difficulty": item.difficulty,
+        "rubric_grades": item.rubric_grades or None,
+        "rubric_score": item.rubric_score,
+        "order_tau": item.order_tau,
         "est_prompt_tokens": item.est_prompt_tokens,
         "est_completion_tokens": item.est_completion_tokens,
         "dropped_turns": item.dropped_turns,

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from lychee_ray.config import LycheeConfig
 from lychee_ray.dates import as_date
 from lychee_ray.llm.client import Usage
-from lychee_ray.llm.prompts import EvidenceItem
+from lychee_ray.llm.prompts import BENCHMARKS, EvidenceItem
+from lychee_ray.tables import Question
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,9 @@ class QAItem:
     evidence_turn_ids: list[str]
     question_date: str | None
     benchmark: str = "generic"
+    difficulty: str | None = None
+    rubric: list[str] = field(default_factory=list)  # nuggets a rubric judge grades (BEAM)
+    evidence_roles: list[str] = field(default_factory=list)  # parallel to evidence_turn_ids
     status: str = "ok"
     error: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # per stage name
@@ -56,6 +60,9 @@ class QAItem:
     answer_fallback: bool = False  # the answer call failed and the rules extractive answer stood in
     f1: float | None = None
     bleu1: float | None = None
+    rubric_grades: list[float | None] = field(default_factory=list)  # per nugget; None: the judge call failed
+    rubric_score: float | None = None  # mean over the nuggets, a failed one counted 0
+    order_tau: float | None = None  # event ordering: normalized Kendall tau-b of the answer's order
     evidence_recall: float | None = None
     plan_usage: Usage = field(default_factory=Usage)
     answer_usage: Usage = field(default_factory=Usage)
@@ -89,9 +96,10 @@ def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list
     if questions_path:
         placed = _read_question_file(questions_path)
     else:
-        placed = [(None, dict(zip(("conversation_id", "question_id", "question", "answer", "category", "evidence_turn_ids", "question_date"), r))) for r in store.con.execute(
-            "select conversation_id, question_id, question, answer, category, evidence_turn_ids, cast(question_date as varchar) from questions order by conversation_id, question_id"
-        ).fetchall()]
+        # question_date as DuckDB writes it ("2023-05-08 13:56:00"), the text the prompts have always shown
+        table = store.con.execute("select * replace (cast(question_date as varchar) as question_date) from questions "
+                                  "order by conversation_id, question_id").to_arrow_table()
+        placed = [(None, q.as_dict()) for q in Question.from_arrow(table)]
     items = []
     for where, r in placed:
         if isinstance(r, UnreadableLine):
@@ -112,7 +120,10 @@ def load_questions(store, cfg: LycheeConfig, questions_path: str | None) -> list
                 category=cat,
                 evidence_turn_ids=as_id_list(r.get("evidence_turn_ids")),
                 question_date=r.get("question_date"),
-                benchmark=source if source in ("locomo", "longmemeval") else "generic",
+                benchmark=source if source in BENCHMARKS else "generic",
+                difficulty=r.get("difficulty"),
+                rubric=[str(x) for x in r.get("rubric") or []],
+                evidence_roles=[str(x) for x in r.get("evidence_roles") or []],
             )
         )
     mark_duplicate_ids(items, questions_path or "the store's questions table")

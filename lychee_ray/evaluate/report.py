@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.evaluate.answers import ANSWERS
+from lychee_ray.evaluate.beam_report import beam_lines
 from lychee_ray.io.fs import child_uri, is_part_name, join_path, list_files, resolve_uri
 from lychee_ray.plots import bar_chart, line_chart, markdown_table
 from lychee_ray.redact import mask_url
@@ -262,6 +263,7 @@ def _render(cfg: LycheeConfig, store, con, out: Path, data_note: str | None = No
         f"degraded segments: {build['degraded_segments'] or 0}; backend {build['backend']} / {build['model']}. Paper: 204.1K (A-Mem 1,459.9K; Mem0 1,520.8K).",
         "",
     ]
+    lines += beam_lines(con, has_judge, out)
     if errors:
         lines += ["## Questions with errors", "", *[f"- `{q}`: {e}" for q, e in errors], ""]
     (out / "report.md").write_text("\n".join(lines))

@@ -8,15 +8,18 @@ Each stage declares its actors, CPUs, batch size and in-flight limit from `evalu
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import numpy as np
 
 from lychee_ray.config import LycheeConfig
+from lychee_ray.embedding import Embedder
+from lychee_ray.evaluate.beam_scoring import event_order_score, rubric_score
 from lychee_ray.evaluate.metrics import bleu1, evidence_recall, locomo_f1, token_f1
 from lychee_ray.evaluate.questions import QAItem
 from lychee_ray.llm.client import LLMClient, llm_client, run_closing
-from lychee_ray.llm.prompts import locomo_judge_messages, longmemeval_judge_messages
+from lychee_ray.llm.prompts import locomo_judge_messages, longmemeval_judge_messages, rubric_judge_messages
 from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.query.answer import Answerer
 from lychee_ray.query.channels import route_text
@@ -26,7 +29,7 @@ from lychee_ray.query.fusion import budget_topk
 from lychee_ray.query.retrieve import baseline_turns
 from lychee_ray.rules.answerer import extractive_answer
 from lychee_ray.runtime.stage import AsyncStage, Resources, Stage
-from lychee_ray.schemas import JudgeOutput
+from lychee_ray.schemas import JudgeOutput, RubricGrade
 from lychee_ray.store.reader import open_store
 
 log = logging.getLogger(__name__)
@@ -202,6 +205,12 @@ class JudgeStage(AsyncStage[QAItem]):
         # the judge's own endpoint and model (`judge:`), not the answering model's
         self.judge_llm = self.cfg.judge_llm()
         self.client = LLMClient(self.judge_llm) if self.cfg.asks_judge else None
+        self._embedder = None  # event ordering aligns items by MiniLM vectors: loaded when first needed
+
+    def embed(self, texts: list[str]):
+        if self._embedder is None:
+            self._embedder = Embedder(self.cfg.embedding)
+        return self._embedder.encode(texts)
 
     def process_batch(self, items):
         return run_closing(self.process_batch_async(items), self.client)
@@ -212,7 +221,12 @@ class JudgeStage(AsyncStage[QAItem]):
         for b in item.baselines.values():
             if "prediction" in b:
                 b["f1"] = score_f1(b["prediction"], item.gold, item.category, item.benchmark)
+        if item.benchmark == "beam" and item.category == "event_ordering" and item.rubric:
+            item.order_tau = event_order_score(item.rubric, item.prediction, self.embed)
         if self.client is None:
+            return
+        if item.benchmark == "beam" and item.rubric:
+            await self._grade_rubric(item)
             return
 
         if item.benchmark == "longmemeval":
@@ -227,6 +241,26 @@ class JudgeStage(AsyncStage[QAItem]):
             item.judge_label = result.parsed.label
         else:
             item.llm_errors.append(f"judge: {result.error}")
+
+
+    async def _grade_rubric(self, item: QAItem) -> None:
+        """One judge call per rubric nugget (the BEAM authors' protocol); the label says whether
+        every nugget was fully met, the score is their mean (a failed call counts 0)."""
+        schema = json_schema_for(RubricGrade, self.judge_llm.schema_dialect)
+
+        async def grade(criterion: str) -> float | None:
+            result = await self.client.structured(rubric_judge_messages(item.question, criterion, item.prediction), RubricGrade,
+                                                  schema=schema, max_tokens=16, tag=_tag(item))
+            item.judge_usage.add(result.usage)
+            if result.parsed is None:
+                item.llm_errors.append(f"judge: {result.error}")
+                return None
+            return float(result.parsed.score)
+
+        item.rubric_grades = list(await asyncio.gather(*(grade(c) for c in item.rubric)))
+        item.rubric_score = rubric_score(item.rubric_grades)
+        if all(g is not None for g in item.rubric_grades):
+            item.judge_label = "CORRECT" if all(g == 1.0 for g in item.rubric_grades) else "WRONG"
 
 
 # --------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def encode_messages(context_text: str, turns: list[Turn], summary: bool = False)
         user += f"\n\n{SUMMARY_INSTRUCTION}"
     return [{"role": "system", "content": ENCODE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
-BENCHMARKS = ("locomo", "longmemeval", "generic")
+BENCHMARKS = ("locomo", "longmemeval", "beam", "generic")
 LONGMEMEVAL_TYPES = (
     "single-session-user",
     "single-session-assistant",
@@ -132,6 +132,15 @@ You are the assistant in earlier chats with this user. Below are memories from t
 - For recommendations, use the user's stated preferences and circumstances.
 - If the memories do not contain the information needed, say you do not know; do not guess.
 - Be concise: one or two sentences.
+Return JSON: {"answer": "..."}""",
+    # BEAM: a user's long work with an assistant; answers are judged nugget by nugget against a
+    # rubric, and some questions ask for a list in order, a summary, or an abstention.
+    "beam": """\
+You are the assistant in a long earlier conversation with this user. Below are memories from it, each with its date. Answer the user's question as that assistant.
+- Use only the memories; if they conflict, the most recent one is current, and say that the statements conflict when the user contradicted themselves.
+- When asked for the order of events, list them one per line, earliest first.
+- Follow the user's stated preferences and standing instructions.
+- If the memories do not contain the information needed, say you do not know; do not guess.
 Return JSON: {"answer": "..."}""",
     "generic": """\
 You answer a question using memories from a user's past conversations, each with its date.
@@ -286,3 +295,24 @@ def longmemeval_judge_messages(
         f'{ask} Answer {{"label": "CORRECT"}} for yes or {{"label": "WRONG"}} for no.'
     )
     return _msgs(LONGMEMEVAL_JUDGE_SYSTEM, user)
+
+
+# Our own prompt after the BEAM authors' protocol (src/evaluation in their repository): every
+# rubric nugget is graded alone, 0 / 0.5 / 1, positive requirements and negative constraints
+# alike, by meaning rather than wording, and an answer that does not address the question is 0.
+RUBRIC_JUDGE_SYSTEM = """\
+You grade one answer of a chat assistant against ONE rubric criterion.
+- The criterion is a requirement (something the answer must say or do) or a constraint (something it must not). Decide which.
+- Judge by meaning, not wording: accept paraphrases, synonyms, and numbers, dates or amounts written another way.
+- An answer that does not address the question scores 0, whatever the criterion.
+- 1: fully meets the criterion (for a constraint: responsive, and the forbidden element is absent).
+- 0.5: partly meets it (present but incomplete or slightly wrong; or mostly avoids the forbidden element).
+- 0: does not meet it (missing or wrong; or the forbidden element is present).
+- Ignore tone, length and style unless the criterion asks for a format.
+Return JSON: {"score": 0} or {"score": 0.5} or {"score": 1}."""
+
+
+def rubric_judge_messages(question: str, criterion: str, prediction: str) -> list[dict]:
+    """Messages grading one rubric nugget (-> RubricGrade)."""
+    user = f"Question: {question}\nRubric criterion: {criterion}\nAnswer to grade: {prediction}"
+    return _msgs(RUBRIC_JUDGE_SYSTEM, user)

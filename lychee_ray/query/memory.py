@@ -46,7 +46,7 @@ import pyarrow as pa
 from lychee_ray.config import LycheeConfig, load_config
 from lychee_ray.dates import parse_iso_date
 from lychee_ray.llm.client import LLMClient, Usage, run_closing
-from lychee_ray.llm.prompts import EvidenceItem
+from lychee_ray.llm.prompts import BENCHMARKS, EvidenceItem
 from lychee_ray.query.answer import Outcome
 from lychee_ray.query.conversation import cache_for, drop_cache
 from lychee_ray.query.engine import QueryEngine
@@ -59,7 +59,6 @@ from lychee_ray.tables import RECORD_TYPES, Record, Turn
 # What `records()` and `turns()` return: the columns queries expose (`tables`), no embedding.
 RECORD_COLUMNS = tuple(Record.column_names(query=True))
 TURN_COLUMNS = tuple(Turn.column_names(query=True))
-ANSWER_BENCHMARKS = ("locomo", "longmemeval")  # a conversation from these gets its benchmark's answer prompt
 
 
 class QueryError(ValueError):
@@ -258,7 +257,7 @@ class Memory:
                 "SELECT c.source FROM conversations c WHERE c.conversation_id = $cid LIMIT 1", {"cid": conversation_id}
             )
             source = rows[0]["source"] if rows else None
-            self._benchmark[conversation_id] = source if source in ANSWER_BENCHMARKS else "generic"
+            self._benchmark[conversation_id] = source if source in BENCHMARKS else "generic"
         return self._benchmark[conversation_id]
 
 

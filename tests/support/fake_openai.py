@@ -10,7 +10,7 @@ carries the prompt's data through, not because the server knows the benchmark:
 - a generic JSON-schema instance generator (objects, arrays, enums, const, strings with
   min/maxLength, nullable unions, $ref) fills whatever a hook does not;
 - hooks keyed by schema name shape the content (`EncodeOutput*`, `QueryPlan`, `AnswerOutput`,
-  `JudgeOutput`; see each `_hook_*` for the prompt lines it reads);
+  `JudgeOutput`, `RubricGrade`; see each `_hook_*` for the prompt lines it reads);
 - every reply is checked against the request schema with `jsonschema` before it is sent.
 
 `usage` is honest too: o200k token counts of the messages and the reply, and `cached_tokens`
@@ -354,10 +354,26 @@ def _hook_judge(messages: list[dict]) -> dict:
     return {"label": "CORRECT" if shared else "WRONG"}
 
 
+def _hook_rubric(messages: list[dict]) -> dict:
+    """A rubric nugget's grade: 1 when the answer has every word of four letters or more of the
+    criterion, 0.5 when it has some, else 0 (reads `Rubric criterion:` / `Answer to grade:`)."""
+    prompt = _user_text(messages)
+    crit = re.search(r"(?im)^\s*rubric criterion\s*:\s*(.*)$", prompt)
+    pred = re.search(r"(?im)^\s*answer to grade\s*:\s*(.*)$", prompt)
+    if not crit or not pred:
+        return {"score": 0}
+    want = {w.lower() for w in _WORD.findall(crit.group(1)) if len(w) >= 4}
+    have = {w.lower() for w in _WORD.findall(pred.group(1))}
+    if not want or not want & have:
+        return {"score": 0}
+    return {"score": 1 if want <= have else 0.5}
+
+
 def hook_for(schema_name: str) -> Callable[[list[dict]], dict | None] | None:
     if schema_name.startswith("EncodeOutput"):
         return _hook_encode
-    return {"QueryPlan": _hook_plan, "AnswerOutput": _hook_answer, "JudgeOutput": _hook_judge}.get(schema_name)
+    return {"QueryPlan": _hook_plan, "AnswerOutput": _hook_answer, "JudgeOutput": _hook_judge,
+            "RubricGrade": _hook_rubric}.get(schema_name)
 
 
 def reply_for(messages: list[dict], schema_name: str, schema: dict) -> Any:
