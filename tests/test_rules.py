@@ -275,12 +275,15 @@ def test_role_speakers_longmemeval_style():
     turns = [
         _turn("u1", "user", "I set a personal best of 27:12 in a charity 5K run last Saturday.", idx=0),
         _turn("a1", "assistant", "Congratulations on your personal best! I can suggest a training plan.", idx=1),
+        _turn("a2", "assistant", "Keep it steady. Run 3 easy runs of 40 minutes a week and one tempo run at `5:20/km`.", idx=2),
     ]
     out = RulesEncoder().encode(turns, None, [])
     texts = [r.text for r in out.records]
     assert texts[0].startswith("The user set a personal best of 27:12 in a charity 5K run last Saturday (6 May 2023)")
-    assert any("the user's personal best" in t for t in texts)
-    assert any(t.startswith("The assistant can suggest") for t in texts)
+    # an assistant's pleasantries and generic advice make no record; what it concretely proposed does
+    assert not any("can suggest" in t or "Congratulations" in t for t in texts)
+    assert [r.source_turn_ids for r in out.records if r.text.startswith("The assistant")] == [["a2"]]
+    assert "40 minutes" in texts[-1] and "5:20/km" in texts[-1] and "Keep it steady" not in texts[-1]
     assert all("user" not in r.entities for r in out.records)  # roles are not named entities
 
 

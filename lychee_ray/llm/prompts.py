@@ -39,6 +39,12 @@ records: atomic, self-contained statements worth remembering later.
   with the original expression; time is null when the turns say nothing about when.
 - source_turn_ids: the ids of the turns the record comes from.
 Skip greetings and small talk. Do not invent facts that are not in the turns.
+In a conversation between a user and an assistant, remember what the user states, asks for,
+decides and prefers, and what the assistant concretely proposed or delivered: names, numbers,
+commands, versions, settings, file names. Do not record the assistant's generic advice.
+Example: the assistant explains caching at length and ends "set maxmemory 256mb and use
+allkeys-lru"; the user answers "I'll go with 512mb". Records: "The assistant proposed setting
+maxmemory to 256mb with the allkeys-lru policy." and "The user decided to use 512mb for maxmemory."
 state: the resolution state for the next segment: entities with aliases and who/what they
 refer to, the current date anchor (ISO date), and open threads (unresolved questions or plans).
 The REFERENCE CONTEXT holds the previous state and recent records: use it to resolve who

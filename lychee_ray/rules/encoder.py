@@ -1,9 +1,12 @@
 """`RulesEncoder`: one segment's turns -> `EncodeOutput`, the LLM encoder's reply, with no LLM.
 
-One record per contentful sentence (filler fragments join the next sentence, a short anaphoric
-one the sentence before; questions to the other speaker become open threads unless a turn holds
-nothing else), each rewritten to stand alone. Then the resolution state d_k (speakers, entities
-with aliases in recency order, date anchor, open threads), which is what carries across segments.
+One record per contentful sentence of a person (filler fragments join the next sentence, a short
+anaphoric one the sentence before; questions to the other speaker become open threads unless a
+turn holds nothing else, or unless that speaker is an assistant: what a user asks an assistant
+for is worth remembering), each rewritten to stand alone. An assistant's reply gives instead
+its few most concrete blocks (rules/deliverables.py: what it proposed or delivered, not its
+generic advice). Then the resolution state d_k (speakers, entities with aliases in recency order,
+date anchor, open threads), which is what carries across segments.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from dataclasses import dataclass
 from datetime import date
 
 from lychee_ray.dates import parse_source_datetime
+from lychee_ray.rules.deliverables import concreteness, deliverables
 from lychee_ray.rules.entities import PHOTO_OF_RE, EntityIndex, extract_entities
-from lychee_ray.rules.lexicon import GREETING_WORDS, ROLE_SPEAKERS
+from lychee_ray.rules.lexicon import ASSISTANT_ROLES, GREETING_WORDS, ROLE_SPEAKERS
 from lychee_ray.rules.pronouns import cap, display_name, resolve_pronouns
 from lychee_ray.rules.text import (
     ANAPHOR_START_RE,
@@ -62,6 +66,11 @@ class _Unit:
     question: bool
 
 
+def is_assistant(turn: Turn) -> bool:
+    """An assistant's turn (by its role, or its speaker when the source gives roles as speakers)."""
+    return (turn.role or "").lower() in ASSISTANT_ROLES or (turn.speaker or "").lower() in ASSISTANT_ROLES
+
+
 def _is_question(sentence: str) -> bool:
     """A question addressed to the other speaker. Declarative sentences that end in "?"
     ("We're going to a game next Sunday, want to join?") and rhetorical "Guess what I did
@@ -71,8 +80,11 @@ def _is_question(sentence: str) -> bool:
     return bool(INTERROGATIVE_RE.match(sentence)) and not RHETORICAL_RE.match(sentence)
 
 
-def _turn_units(turn: Turn, names: frozenset[str]) -> tuple[list[_Unit], list[str]]:
-    """The record-sized pieces of one turn, and its question sentences (for open threads)."""
+def _turn_units(turn: Turn, names: frozenset[str], to_assistant: bool = False) -> tuple[list[_Unit], list[str]]:
+    """The record-sized pieces of one turn, and its question sentences (for open threads).
+    `to_assistant`: the turn is a user's to an assistant, whose questions are kept as records."""
+    if is_assistant(turn):
+        return [_Unit(text, turn, concreteness(text), False) for text in deliverables(normalize_text(turn.text))], []
     text = normalize_text(turn.text)
     captions = [c.strip() for c in CAPTION_RE.findall(text) if c.strip()]
     body = CAPTION_RE.sub("", text).strip()
@@ -99,7 +111,7 @@ def _turn_units(turn: Turn, names: frozenset[str]) -> tuple[list[_Unit], list[st
     if pending and units:
         units[-1].text += " " + " ".join(pending)
     statements = [u for u in units if not u.question]
-    if statements:
+    if statements and not to_assistant:
         units = statements
     elif units:  # a turn of questions only keeps them, as one record
         units = [_Unit(" ".join(u.text for u in units), turn, sum(u.n_content for u in units), True)]
@@ -161,7 +173,8 @@ class RulesEncoder:
         n_content: list[int] = []
         asked: list[tuple[int, str, str]] = []  # (turn position, asker, rewritten question)
         mentions: list[tuple[str, str]] = []  # (entity, speaker) in order of mention
-        per_turn = [_turn_units(turn, names) for turn in turns]
+        to_assistant = any(is_assistant(t) for t in turns)
+        per_turn = [_turn_units(turn, names, to_assistant) for turn in turns]
         keyphrases = segment_keyphrases(
             "\n".join(_topic_source(normalize_text(t.text)) for t in turns),
             [*index.participants, *(a for aliases in index.aliases.values() for a in aliases)],

@@ -42,6 +42,7 @@ FILLERS = frozenset(
 )
 GREETING_WORDS = frozenset("hey hi hello hiya yo howdy morning evening afternoon good there guys all everyone dear".split())
 ROLE_SPEAKERS = frozenset({"user", "assistant", "human", "system", "bot", "ai"})
+ASSISTANT_ROLES = frozenset({"assistant", "bot", "ai", "gpt", "chatgpt", "model"})
 MONTH_WEEKDAY = frozenset(
     [m.lower() for m in MONTH_NAMES]
     + "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday".split()
