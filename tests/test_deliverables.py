@@ -24,9 +24,9 @@ Always test your changes before you deploy them. Good luck!"""
 
 def test_blocks_keep_code_fences_whole_and_split_lists_and_paragraphs():
     got = blocks(REPLY)
-    code = [b for b in got if b.code is not None]
-    assert len(code) == 1 and code[0].code == "bash" and code[0].text.count("\n") == 2
-    assert "Set `maxmemory` to 256mb in redis.conf." in [b.text for b in got]
+    code = [b for b in got if b.kind == "code"]
+    assert len(code) == 1 and code[0].lang == "bash" and code[0].text(REPLY).count("\n") == 4
+    assert "1. Set `maxmemory` to 256mb in redis.conf." in [b.text(REPLY) for b in got if b.kind == "item"]
 
 
 def test_only_concrete_blocks_become_records_in_reply_order():
@@ -44,7 +44,7 @@ def test_advice_alone_makes_no_record_and_long_replies_are_capped():
 
 
 def test_condensed_prose_keeps_its_concrete_sentences_and_is_bounded():
-    block = blocks("We talked a lot. The pool size is 32 connections. That is all. " + "word " * 200 + "version 3.11.2 here.")[0]
-    text = condensed(block)
+    message = "We talked a lot. The pool size is 32 connections. That is all. " + "word " * 200 + "version 3.11.2 here."
+    text = condensed(message, blocks(message)[0])
     assert text.startswith("The pool size is 32 connections.") and "We talked" not in text and len(text) <= 405
     assert concreteness("nothing here at all") == 0 and concreteness("port 8080 and `pip install x==1.2.3`") >= 3

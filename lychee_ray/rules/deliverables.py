@@ -4,7 +4,8 @@ advice.
 
 A long assistant reply is mostly explanation ("Make sure to test your changes"); one record per
 sentence turned a BEAM conversation of 380 turns into ~10,000 records of boilerplate. Here the
-reply is cut into blocks (paragraphs, list items, fenced code kept whole), each block keeps only
+reply is cut into blocks (lychee_ray/text_blocks.py: paragraphs, list items, tables, fenced code
+kept whole), each block keeps only
 its sentences that hold something concrete, and the most concrete blocks become the records:
 at most `MAX_ASSISTANT_RECORDS` per reply, in reply order. Pure, no I/O.
 """
@@ -12,14 +13,13 @@ at most `MAX_ASSISTANT_RECORDS` per reply, in reply order. Pure, no I/O.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from lychee_ray.text_blocks import Block, blocks, sentences
 
 MAX_ASSISTANT_RECORDS = 6  # per reply: what a reader would note down from one long answer
 MAX_BLOCK_CHARS = 400  # a record's text, as the LLM schema bounds it (encoder.max_record_chars)
+_ITEM_MARKER_RE = re.compile(r"^(?:[-*\u2022]|\d+[.)])\s+")
 
-_FENCE_RE = re.compile(r"```([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
-_LIST_ITEM_RE = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+", re.M)
-_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
 # what makes a sentence concrete: a value a user could later ask back
 _CONCRETE = [
     re.compile(r"`[^`\n]+`"),  # inline code: a command, a name, a setting
@@ -35,46 +35,22 @@ _CONCRETE = [
 ]
 
 
-@dataclass
-class Block:
-    text: str
-    code: str | None = None  # the language of a fenced code block ("" when unnamed); None: prose
-
-
-def blocks(reply: str) -> list[Block]:
-    """The reply's blocks in order: fenced code whole, then paragraphs and list items."""
-    out: list[Block] = []
-    pos = 0
-    for m in _FENCE_RE.finditer(reply):
-        out += _prose_blocks(reply[pos : m.start()])
-        out.append(Block(m.group(2).strip(), m.group(1) or ""))
-        pos = m.end()
-    out += _prose_blocks(reply[pos:])
-    return [b for b in out if b.text]
-
-
-def _prose_blocks(text: str) -> list[Block]:
-    out = []
-    for para in re.split(r"\n\s*\n", text):
-        items = [p.strip() for p in _LIST_ITEM_RE.split(para)]
-        out += [Block(" ".join(item.split())) for item in items if item]
-    return out
-
-
 def concreteness(text: str) -> int:
     """How many concrete things the text names (see `_CONCRETE`)."""
     return sum(len(rx.findall(text)) for rx in _CONCRETE)
 
 
-def condensed(block: Block) -> str:
+def condensed(message: str, block: Block) -> str:
     """A block as a record's text: code as its language and lines joined, prose as its concrete
-    sentences; cut to MAX_BLOCK_CHARS at a word boundary."""
-    if block.code is not None:
-        lines = [line.strip() for line in block.text.splitlines() if line.strip() and not line.strip().startswith("#")]
-        text = f"code ({block.code or 'text'}): " + "; ".join(lines)
+    sentences (a list item's marker dropped); cut to MAX_BLOCK_CHARS at a word boundary."""
+    if block.kind == "code":
+        lines = [s.text(message).strip() for s in sentences(message, block)]
+        lines = [line for line in lines if not line.startswith(("```", "#"))]
+        text = f"code ({block.lang or 'text'}): " + "; ".join(lines)
     else:
-        sentences = [s for s in _SENTENCE_RE.split(block.text) if concreteness(s)]
-        text = " ".join(sentences)
+        parts = [s.text(message) for s in sentences(message, block)]
+        text = " ".join(" ".join(p.split()) for p in parts if concreteness(p))
+        text = _ITEM_MARKER_RE.sub("", text)
     if len(text) > MAX_BLOCK_CHARS:
         text = text[:MAX_BLOCK_CHARS].rsplit(" ", 1)[0] + " ..."
     return text.replace("**", "")
@@ -83,6 +59,6 @@ def condensed(block: Block) -> str:
 def deliverables(reply: str, limit: int = MAX_ASSISTANT_RECORDS) -> list[str]:
     """The texts of an assistant reply worth a record: its most concrete blocks (ties to the
     earlier one), at most `limit`, in reply order. Empty when nothing in it is concrete."""
-    scored = [(concreteness(b.text), i, b) for i, b in enumerate(blocks(reply))]
+    scored = [(concreteness(b.text(reply)), i, b) for i, b in enumerate(blocks(reply))]
     kept = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))[:limit]
-    return [text for _, _, b in sorted(kept, key=lambda s: s[1]) if (text := condensed(b))]
+    return [text for _, _, b in sorted(kept, key=lambda s: s[1]) if (text := condensed(reply, b))]
