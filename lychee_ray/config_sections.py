@@ -101,6 +101,10 @@ class EmbeddingConfig(EndpointConfig):
     # right for one actor per node; with several, divide the cores among them
     num_threads: int | None = None
     conversations_per_batch: int = 4  # conversations per map_batches call
+    # A turn longer than this many of the model's tokens is also embedded as passages (its blocks
+    # packed up to this size, ingest/passages.py), so a long reply is found by its best passage,
+    # not by its first sentences alone. None: a local model's window (MiniLM: 254); 0: no passages.
+    passage_tokens: int | None = Field(None, ge=0)
     # sentence_transformers on the CPU only: what runs the network. onnx / openvino: the same fp32
     # weights exported once into cache_dir, refused at load unless every probe text's vector is
     # within cosine 0.9999 of torch's; auto: the first of embedding_runtime.AUTO_ORDER that is

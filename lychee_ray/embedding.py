@@ -35,6 +35,7 @@ import numpy as np
 from lychee_ray.config_sections import EmbeddingConfig
 from lychee_ray.embedding_runtime import EmbeddingError, apply_runtime
 from lychee_ray.redact import mask_url, redact
+from lychee_ray.tokens import count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,24 @@ class Embedder:
             self.backend = _SentenceTransformerBackend(cfg)
             self.model, self.device, self.runtime = self.backend.model, self.backend.device, self.backend.runtime
         self.dim = self.backend.dim
+
+    @property
+    def passage_tokens(self) -> int | None:
+        """How long a passage may be, in this model's tokens (`embedding.passage_tokens`; None
+        there: a local model's window less its two special tokens; an HTTP model reads long
+        texts and gets no passages). None: no passages."""
+        if self.cfg.passage_tokens is not None:
+            return self.cfg.passage_tokens or None
+        model = getattr(self, "model", None)
+        return model.max_seq_length - 2 if model is not None and model.max_seq_length else None
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """Tokens of each text as this model reads them (its own tokenizer; o200k for an HTTP
+        model, whose tokenizer is not here)."""
+        model = getattr(self, "model", None)
+        if model is None:
+            return [count_tokens(t) for t in texts]
+        return [len(ids) for ids in model.tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]]
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """One vector per text, in order; each distinct text is sent to the model once."""

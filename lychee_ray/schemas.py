@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from lychee_ray.table_model import Row
-from lychee_ray.tables import BuildStats, Node, Question, Record, TimeGranularity, Turn
+from lychee_ray.tables import BuildStats, Node, Passage, Question, Record, TimeGranularity, Turn
 
 # LoCoMo's integer `category` -> name. This follows upstream snap-research/locomo
 # task_eval/evaluation.py, which scores 1 with the multi-hop comma-split F1, 2-4 with plain F1
@@ -91,6 +91,8 @@ class Conversation:
     # filled by later stages
     exchanges: list[list[int]] = field(default_factory=list)  # turn indexes per exchange
     turn_embeddings: object = None  # np.ndarray [n_turns, d] float32, L2-normalized
+    passages: list[Passage] = field(default_factory=list)  # of the turns longer than the embedding model reads
+    passage_embeddings: object = None  # np.ndarray [n_passages, d]
     segments: list[Segment] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
     record_embeddings: object = None

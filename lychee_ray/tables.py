@@ -24,9 +24,10 @@ import pyarrow as pa
 
 from lychee_ray.table_model import DATE, TIMESTAMP, Row, Vector, column, markdown_reference
 
-# 5: tables declared once (keys NOT NULL), questions.difficulty / rubric / evidence_roles; 4: turn content hashes, segment contexts (incremental
+# 6: passages of long turns; 5: tables declared once (keys NOT NULL), questions.difficulty / rubric /
+# evidence_roles; 4: turn content hashes, segment contexts (incremental
 # ingest); 3: records.stated_at; 2: LongMemEval sessions renamed s1, s2, ... in date order
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # How a folder is recognised as a store: its manifest file and the format tag in it. Here, in the
 # core, because the store writes them and the input listing (io, below store) must skip a store.
 STORE_FORMAT = "lychee-ray-store"
@@ -76,6 +77,18 @@ class Turn(Row, table="turns", key=("conversation_id", "turn_id")):
     has_answer: bool | None = column("LongMemEval's evidence flag", default=None, query=False)
     segment_id: str | None = column("the segment it was encoded in", default=None, query=False)
     content_hash: str = column("hash of its id, session, speaker, role, text and time: an edited turn changes it", default=None, query=False)
+    embedding: Vector | None = column("its vector", default=None, query=False)
+
+
+class Passage(Row, table="passages", key=("conversation_id", "turn_id", "passage_idx")):
+    """A piece of a turn longer than the embedding model reads (ingest/passages.py), embedded on its
+    own: a long turn is found by its best passage. Short turns have no rows here."""
+
+    conversation_id: str = column("its conversation", default=None)
+    turn_id: str = column("the turn it is a piece of")
+    passage_idx: int = column("0-based position in the turn")
+    char_start: int = column("where it starts in the turn's text")
+    char_end: int = column("where it ends (exclusive)")
     embedding: Vector | None = column("its vector", default=None, query=False)
 
 
@@ -189,7 +202,7 @@ class ErrorRow(Row, table="errors", key=()):
 
 
 TABLES: dict[str, type[Row]] = {
-    cls.TABLE: cls for cls in (ConversationRow, Turn, SegmentRow, Record, Node, RecordNode, BuildStats, Question, ErrorRow)
+    cls.TABLE: cls for cls in (ConversationRow, Turn, Passage, SegmentRow, Record, Node, RecordNode, BuildStats, Question, ErrorRow)
 }
 INGEST_TABLES: tuple[str, ...] = tuple(TABLES)
 VECTOR_TABLES = {name: cls.KEY[-1] for name, cls in TABLES.items() if any(c.is_vector for c in cls.columns())}

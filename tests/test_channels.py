@@ -120,7 +120,7 @@ def test_hostile_ids_and_text_match_nothing_and_change_nothing(store):
 # ---------------------------------------------------------------------------- channels as units
 def route_query(conv, route: Route, qv, scope=None, k=30) -> RouteQuery:
     q = conv.check_queries(qv)
-    sims = {t: getattr(conv, t).cosine(q)[0] for t in ("records", "nodes", "turns")}
+    sims = {t: getattr(conv, t).cosine(q)[0] for t in ("records", "nodes", "docs")}
     tw = route.time_window
     window = (tw.start, tw.end) if tw else None
     return RouteQuery(conv, route, q[0], sims, window, scope, k)
@@ -151,7 +151,9 @@ def test_channels_rank_what_each_promises(store):
     scoped = route_query(conv, route, qv, scope)
     assert set(by_name["record_vector"].rank(scoped, CandidatePool(conv))) == {"c1:r02", "c1:r06", "c1:r07"}
     turn_keys = by_name["turn_vector"].rank(scoped, CandidatePool(conv))  # June 10 turns: 6-11
-    assert turn_keys and set(turn_keys) <= {"c1:r06", "c1:r07", *(TURN_PREFIX + f"D2:{i}" for i in (6, 10, 11))}
+    # turn 11 is long: its hits are its passages (D2:11#0, D2:11#1), never the whole turn
+    in_june = {"c1:r06", "c1:r07", *(TURN_PREFIX + f"D2:{i}" for i in (6, 10)), TURN_PREFIX + "D2:11#0", TURN_PREFIX + "D2:11#1"}
+    assert turn_keys and set(turn_keys) <= in_june and TURN_PREFIX + "D2:11" not in turn_keys
 
 
 def test_an_unknown_channel_is_one_sentence_and_a_new_one_is_a_unit(store):

@@ -24,6 +24,7 @@ import string
 from collections import Counter
 from collections.abc import Collection, Iterable
 
+from lychee_ray.io.readers.common import whole_turn_id
 from lychee_ray.schemas import LOCOMO_CATEGORIES
 
 __all__ = [
@@ -164,6 +165,7 @@ def evidence_recall(
     valid_turn_ids: Collection[str] | None = None,
 ) -> float | None:
     """|gold ∩ retrieved| / |gold| over distinct turn ids; None when there is no gold to find.
+    A retrieved part of a split turn (X#p2) counts as its turn X: labels name input turns.
 
     With `valid_turn_ids`, gold ids that are not real turns (LoCoMo has a few malformed or
     dangling evidence ids, e.g. "D:11:26") are dropped first, so they cannot cap recall below 1;
@@ -176,7 +178,7 @@ def evidence_recall(
         gold_set = {g for g in gold_set if g in valid}
     if not gold_set:
         return None
-    return len(gold_set & set(retrieved)) / len(gold_set)
+    return len(gold_set & {whole_turn_id(t) for t in retrieved}) / len(gold_set)
 
 
 # --------------------------------------------------------------------------------------------

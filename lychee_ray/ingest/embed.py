@@ -1,4 +1,5 @@
-"""Stage 2a, embed: the Ray stage that embeds every turn of a conversation.
+"""Stage 2a, embed: the Ray stage that embeds every turn of a conversation, and the passages of
+its turns longer than the model reads (ingest/passages.py).
 
 The model itself (`Embedder`: loading, L2-normalized float32 vectors) is `lychee_ray.embedding`,
 shared with organize, evaluation and the ablation grid; this stage only sends a whole batch of
@@ -13,6 +14,7 @@ import numpy as np
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.embedding import Embedder
+from lychee_ray.ingest.passages import turn_passages
 from lychee_ray.runtime.stage import (
     PASS_THROUGH,
     Resources,
@@ -56,18 +58,28 @@ class EmbedTurnsStage(Stage[Conversation]):
         new_turns = [c.turns[stored_turns(c):] for c in live]
         start = time.perf_counter()
         try:
-            per_conv = self.embedder.encode_groups([[t.text for t in turns] for turns in new_turns])
+            new_passages = [turn_passages(turns, self.embedder.passage_tokens, self.embedder.count_tokens) for turns in new_turns]
+            texts = [[t.text for t in turns] + [p.text for p in passages] for turns, passages in zip(new_turns, new_passages)]
+            per_conv = self.embedder.encode_groups(texts)
         except Exception as exc:
             for c in live:
                 mark_failed(c, self.name, exc)
             return convs
         seconds = time.perf_counter() - start
-        self._count([t.text for turns in new_turns for t in turns])
-        n_texts = max(1, sum(len(turns) for turns in new_turns))
-        for c, turns, vecs in zip(live, new_turns, per_conv):
-            # a grown conversation keeps the stored vectors of its unchanged prefix
-            c.turn_embeddings = vecs if len(turns) == len(c.turns) else np.vstack([c.prior.turn_embeddings, vecs])
-            add_seconds(c, self.name, seconds * len(turns) / n_texts)
+        self._count([t for group in texts for t in group])
+        self.stat_update("passages", sum(len(p) for p in new_passages))
+        n_texts = max(1, sum(len(group) for group in texts))
+        for c, turns, passages, group, vecs in zip(live, new_turns, new_passages, texts, per_conv):
+            turn_vecs, passage_vecs = vecs[: len(turns)], vecs[len(turns) :]
+            rows = [p.row for p in passages]
+            if len(turns) == len(c.turns):
+                c.turn_embeddings, c.passages, c.passage_embeddings = turn_vecs, rows, passage_vecs
+            else:  # a grown conversation keeps the stored vectors of its unchanged prefix
+                prior = c.prior
+                c.turn_embeddings = np.vstack([prior.turn_embeddings, turn_vecs])
+                c.passages = prior.passages + rows
+                c.passage_embeddings = np.vstack([prior.passage_embeddings, passage_vecs])
+            add_seconds(c, self.name, seconds * len(group) / n_texts)
         return convs
 
     def _count(self, texts: list[str]) -> None:

@@ -13,11 +13,36 @@ evidence of a long turn is the passage, not the whole turn. Pure, no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from lychee_ray.tables import Passage, Turn
 from lychee_ray.text_blocks import Block, blocks, sentences
 
 Span = tuple[int, int]
+
+
+@dataclass
+class TurnPassage:
+    row: Passage  # its row (no conversation id: the rows builder sets it)
+    text: str  # the turn's text[char_start:char_end], what is embedded
+
+
+def turn_passages(turns: Sequence[Turn], limit: int | None, count_many: Callable[[list[str]], list[int]]) -> list[TurnPassage]:
+    """The passages of every turn longer than `limit` tokens (by `count_many`, the embedding
+    model's tokenizer), in turn order; none when `limit` is None."""
+    if not limit or not turns:
+        return []
+    sizes = count_many([t.text for t in turns])
+    out: list[TurnPassage] = []
+    for turn, size in zip(turns, sizes):
+        if size <= limit:
+            continue
+        spans = passage_spans(turn.text, limit, lambda piece: count_many([piece])[0])
+        for k, (start, end) in enumerate(spans):
+            row = Passage(turn_id=turn.turn_id, passage_idx=k, char_start=start, char_end=end)
+            out.append(TurnPassage(row, turn.text[start:end]))
+    return out
 
 
 def passage_spans(text: str, limit: int, count: Callable[[str], int]) -> list[Span]:

@@ -14,8 +14,9 @@ The built-in ones (DESIGN.md step 6):
 - node: evidence nodes matched by name (the route's entities and topics) or by vector, expanded
   to their records, ranked by similarity to the query;
 - time: records in the route's time window (the rule in conversation.py), by similarity;
-- turn_vector / turn_bm25: raw turns by vector and by BM25, each hit mapped to the records that
-  cite it (a turn no record covers stays as raw evidence). "turn" names both.
+- turn_vector / turn_bm25: raw turns by vector and by BM25 (a long turn by its best passage,
+  turn_docs.py), each hit mapped to the records that cite its turn (a turn no record covers
+  stays as raw evidence: the passage hit, for a long turn). "turn" names both.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def route_text(route: Route) -> str:
 
 class Channel:
     name: ClassVar[str]
-    tables: ClassVar[tuple[str, ...]] = ()  # tables whose cosine to the route vector `rank` reads
+    # what `rank` reads the route vector's cosine to: a table of the loaded conversation
+    # (records, nodes, turns) or "docs", the raw-turn documents (turn_docs.py)
+    tables: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: RetrievalConfig):
         self.cfg = cfg
@@ -133,10 +136,10 @@ class TimeChannel(Channel):
 @register
 class TurnVectorChannel(Channel):
     name = "turn_vector"
-    tables = ("turns",)
+    tables = ("docs",)
 
     def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
-        hits = q.conv.turns.top(q.sims["turns"], q.k, q.scope.turns if q.scope else None)
+        hits = q.conv.docs.top(q.sims["docs"], q.k, q.scope.turns if q.scope else None)
         return pool.add_turn_hits(hits, q.scope.records if q.scope else None)
 
 
@@ -145,10 +148,7 @@ class TurnBm25Channel(Channel):
     name = "turn_bm25"
 
     def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
-        if q.scope is None:
-            hits = q.conv.bm25(route_text(q.route), q.k)
-        else:  # rank everything, keep the k best in the window
-            hits = [t for t in q.conv.bm25(route_text(q.route), 10**6) if q.scope.turns[t]][: q.k]
+        hits = q.conv.docs.bm25(route_text(q.route), q.k, q.scope.turns if q.scope else None)
         return pool.add_turn_hits(hits, q.scope.records if q.scope else None)
 
 

@@ -3,10 +3,11 @@
 Over DuckDB each route x channel would be its own query over Parquet (about ten per question,
 150-300 ms a question); one conversation is a few thousand rows of 384 floats, which numpy ranks
 in well under a millisecond. So the first question of a conversation loads its turns, records,
-nodes and record_nodes with four queries (`Store.conversation_arrow`) into a
+nodes, record_nodes and passages with five queries (`Store.conversation_arrow`) into a
 `LoadedConversation`: the query-exposed columns of each table (as the declarations in
 `lychee_ray.tables` name them) as Python lists, its vectors as one contiguous float32 matrix, the
-turns' BM25 index (store/search.py), and the indexes the channels (channels.py) look up: time
+turns' BM25 index (store/search.py), the documents the raw-turn channels rank (turn_docs.py:
+whole turns, and the passages of long ones), and the indexes the channels (channels.py) look up: time
 windows, record coverage of turns, node names and links. Later questions touch no SQL.
 
 The time-window rule lives here once (`window_mask` and `LoadedConversation.records_in_window`):
@@ -39,8 +40,9 @@ from lychee_ray.dates import parse_iso_date
 from lychee_ray.names import normalize_name
 from lychee_ray.store.reader import Store
 from lychee_ray.store.search import Bm25Index, bm25_order, build_bm25
+from lychee_ray.query.turn_docs import TurnDocs, cosine_rows
 from lychee_ray.table_model import Row
-from lychee_ray.tables import Node, Record, Turn
+from lychee_ray.tables import Node, Passage, Record, Turn
 
 
 class TableRows:
@@ -77,11 +79,7 @@ class TableRows:
 
     def cosine(self, queries: np.ndarray) -> np.ndarray:
         """[routes, rows with a vector]: cosine similarity, one matrix product for all routes."""
-        dots = queries @ self.matrix.T
-        qn = np.linalg.norm(queries, axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            sims = dots / (qn[:, None] * self.norms[None, :])
-        return np.where(np.isnan(sims), -np.inf, sims)  # an all-zero vector (none are stored) ranks last
+        return cosine_rows(queries, self.matrix, self.norms)
 
     def top(self, scores: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[int]:
         """Row positions of the k best `scores` (one route's row of `cosine`), best first, ties by
@@ -145,7 +143,8 @@ def _as_date(value, name: str) -> dt.date | None:
 class LoadedConversation:
     """What retrieval reads of one conversation, in memory (see the module docstring)."""
 
-    def __init__(self, turns: pa.Table, records: pa.Table, nodes: pa.Table, edges: pa.Table, dim: int):
+    def __init__(self, turns: pa.Table, records: pa.Table, nodes: pa.Table, edges: pa.Table, dim: int,
+                 passages: pa.Table | None = None):
         self.turns = TableRows(turns, Turn, dim)
         self.records = TableRows(records, Record, dim)
         self.nodes = TableRows(nodes, Node, dim)
@@ -154,12 +153,16 @@ class LoadedConversation:
         self._index_records(records)
         self._index_nodes(edges)
         self.bm25_index: Bm25Index = build_bm25([{"text": t} for t in self.turns.cols["text"]], "text")
+        passages = passages if passages is not None else Passage.to_arrow([], dim)
+        # what the raw-turn channels rank: whole turns, and the passages of long ones
+        self.docs = TurnDocs(self.turns, passages, _vectors(passages, dim), self.bm25_index, dim)
         self._tokens: dict = {}  # token counter -> {evidence key: tokens of its prompt line}
 
     @classmethod
     def load(cls, store: Store, conversation_id: str) -> "LoadedConversation":
-        """Four queries: the conversation's turns (turn order, as BM25 indexes them), records
-        (record_id order), nodes and record_nodes; the columns queries expose, and the vectors."""
+        """Five queries: the conversation's turns (turn order, as BM25 indexes them), records
+        (record_id order), nodes, record_nodes and passages; the columns queries expose, and
+        the vectors."""
         def read(row_type: type[Row], order: list[str]):
             return store.conversation_arrow(row_type.TABLE, conversation_id, row_type.column_names(query=True) + ["embedding"], order)
 
@@ -169,6 +172,7 @@ class LoadedConversation:
             read(Node, ["node_id"]),
             store.conversation_arrow("record_nodes", conversation_id, ["record_id", "node_id"]),
             store.dim,
+            read(Passage, ["turn_id", "passage_idx"]),
         )
 
     # ---- indexes built at load --------------------------------------------------------------
@@ -277,7 +281,8 @@ class LoadedConversation:
         arrays = (self.turn_day, self.rec_lo, self.rec_hi, self.untimed_rec, self.untimed_day,
                   self.match_rank, *self.node_links.values())
         index = sum(a.nbytes for a in arrays) + _py_bytes(self.cover) + _py_bytes(self.by_name) + _py_bytes(self.turn_pos)
-        return self.turns.nbytes + self.records.nbytes + self.nodes.nbytes + index + _bm25_bytes(self.bm25_index)
+        docs = self.docs.nbytes + (_bm25_bytes(self.docs.bm25_index) if self.docs.has_passages else 0)
+        return self.turns.nbytes + self.records.nbytes + self.nodes.nbytes + index + _bm25_bytes(self.bm25_index) + docs
 
 
 class ConversationCache:

@@ -4,11 +4,13 @@ pool a question's channels fill.
 An `Evidence` holds its row as the store declares it (`tables.Record` or `tables.Turn`), so a new
 column reaches retrieval, the public `MemoryItem` and the answer prompt without being copied
 field by field; what the prompt shows of it is `prompt_item()` (llm/prompts.py renders the line).
-Keys are `record_id`s, or `turn:<turn_id>` for raw turns.
+Keys are `record_id`s, `turn:<turn_id>` for raw turns, or `turn:<turn_id>#<k>` for passage k of a
+long turn (query/turn_docs.py: its row is the turn's with the passage's text and vector).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,13 +102,29 @@ class CandidatePool(dict):
             keys.append(key)
         return keys
 
+    def add_docs(self, positions: list[int]) -> list[str]:
+        """Keys of the turn documents at `positions` (conv.docs) as raw evidence: a whole turn,
+        or a passage of a long one."""
+        docs, keys = self.conv.docs, []
+        for d in positions:
+            t, span = int(docs.turn_of[d]), docs.span(d)
+            if span is None:
+                keys += self.add_turns([t])
+                continue
+            turn = self.conv.turns.row(t)
+            key = f"{TURN_PREFIX}{turn.turn_id}#{int(docs.part[d])}"
+            if key not in self:
+                self[key] = Evidence(key, dataclasses.replace(turn, text=docs.text(d), embedding=docs.vector(d)))
+            keys.append(key)
+        return keys
+
     def add_turn_hits(self, positions: list[int], in_scope: np.ndarray | None = None) -> list[str]:
-        """Turn hits -> the records citing each (in hit order; only records in `in_scope` when
-        given); a turn that no such record cites stays as raw-turn evidence, so nothing said is
-        unreachable."""
+        """Turn-document hits (conv.docs) -> the records citing each hit's turn (in hit order;
+        only records in `in_scope` when given); a turn that no such record cites stays as raw
+        evidence (the passage that was hit, for a long turn), so nothing said is unreachable."""
         keys: list[str] = []
-        for t in positions:
-            tid = self.conv.turns.ids[t]
+        for d in positions:
+            tid = self.conv.turns.ids[self.conv.docs.turn_of[d]]
             recs = [i for i in self.conv.covering(tid) if in_scope is None or in_scope[i]]
-            keys.extend(self.add_records(recs) if recs else self.add_turns([t]))
+            keys.extend(self.add_records(recs) if recs else self.add_docs([d]))
         return list(dict.fromkeys(keys))

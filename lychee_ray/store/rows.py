@@ -22,6 +22,7 @@ from lychee_ray.tables import (
     ConversationRow,
     ErrorRow,
     Node,
+    Passage,
     RecordNode,
     SegmentRow,
 )
@@ -86,6 +87,11 @@ def _turn_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dict]
         }
         for pos, turn in enumerate(conv.turns)
     ]
+
+
+def _passage_rows(conv: Conversation, dim: int) -> list[Passage]:
+    emb = _embedding_matrix(conv.passage_embeddings, len(conv.passages), dim, "passage_embeddings", conv.conversation_id)
+    return [dataclasses.replace(p, conversation_id=conv.conversation_id, embedding=_vec(emb, i)) for i, p in enumerate(conv.passages)]
 
 
 def _segment_rows(conv: Conversation) -> list[SegmentRow]:
@@ -211,6 +217,7 @@ def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
             )
         ],
         "turns": turns,
+        "passages": _passage_rows(conv, dim),
         "segments": _segment_rows(conv),
         "records": records,
         "nodes": _node_rows(conv, dim),

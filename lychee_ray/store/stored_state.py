@@ -4,7 +4,8 @@ Two reads, both from committed rows only:
 - `stored_digests` (driver, once per run): per conversation its turn count and `turns_digest`,
   so a read task can tell an unchanged conversation (skip), a grown one (same digest over the
   stored prefix: extend) and an edited one (anything else);
-- `load_stored_state` (the resume stage, per grown conversation): the turn vectors, segments with
+- `load_stored_state` (the resume stage, per grown conversation): the turn vectors, the passages
+  of long turns with theirs, segments with
   the encoder context after each, records with their vectors, node vectors, LLM-failure rows and
   build cost, so later stages redo only what the new turns change.
 Rows are read back by column name into the tables' own row types (`lychee_ray.tables`).
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lychee_ray.table_model import vector_matrix
-from lychee_ray.tables import BuildStats, ErrorRow, Record, SegmentRow
+from lychee_ray.tables import BuildStats, ErrorRow, Passage, Record, SegmentRow
 
 # statuses whose stored rows a grown conversation may build on: anything else is redone whole
 EXTENDABLE = ("ok", "degraded")
@@ -47,6 +48,8 @@ class StoredState:
 
     n_turns: int
     turn_embeddings: np.ndarray  # [n_turns, d], in turn order
+    passages: list[Passage]  # of its long turns, in turn order, without their vectors
+    passage_embeddings: np.ndarray  # [n_passages, d]
     segments: list[StoredSegment]
     record_embeddings: dict[str, np.ndarray]  # record_id -> vector
     node_embeddings: dict[str, np.ndarray]  # node_id -> vector (only nodes that have one)
@@ -68,6 +71,7 @@ def stored_digests(store, skip_statuses: set[str] | frozenset = frozenset()) -> 
 
 def load_stored_state(store, conversation_id: str) -> StoredState:
     turn_vecs = _turn_vectors(store, conversation_id)
+    passages, passage_vecs = _passages(store, conversation_id)
     segments = [
         StoredSegment(s.segment_id, list(s.turn_ids or []), s.context_json)
         for s in SegmentRow.from_arrow(store.conversation_arrow("segments", conversation_id, order_by=["segment_idx"]))
@@ -85,6 +89,8 @@ def load_stored_state(store, conversation_id: str) -> StoredState:
     return StoredState(
         n_turns=len(turn_vecs),
         turn_embeddings=turn_vecs,
+        passages=passages,
+        passage_embeddings=passage_vecs,
         segments=segments,
         record_embeddings={r.record_id: r.embedding for r in records if r.embedding is not None},
         node_embeddings=dict(zip(node_ids, node_vecs)),
@@ -95,6 +101,14 @@ def load_stored_state(store, conversation_id: str) -> StoredState:
 def _turn_vectors(store, cid: str) -> np.ndarray:
     table = store.conversation_arrow("turns", cid, ["embedding"], order_by=["turn_idx"])
     return vector_matrix(table.column("embedding").combine_chunks(), store.dim)
+
+
+def _passages(store, cid: str) -> tuple[list[Passage], np.ndarray]:
+    """The stored passages in the order they were made (turn order, then position in the turn;
+    the turns table's order gives the first), without vectors, and their vectors."""
+    table = store.conversation_arrow("passages", cid, in_stored_order=True)
+    vecs = vector_matrix(table.column("embedding").combine_chunks(), store.dim)
+    return Passage.from_arrow(table.drop_columns(["embedding"])), vecs
 
 
 def _records(store, cid: str) -> list[Record]:

@@ -1,5 +1,5 @@
-"""A small synthetic store (three conversations of 12 turns, 8 records, 4 nodes each, 16-d
-vectors), shared by the store tests and the retrieval-channel tests."""
+"""A small synthetic store (three conversations of 12 turns, 2 passages, 8 records, 4 nodes each,
+16-d vectors), shared by the store tests and the retrieval-channel tests."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lychee_ray.config import LycheeConfig
 from lychee_ray.schemas import Conversation, Segment
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.writer import StoreWriter, prepare_output
-from lychee_ray.tables import BuildStats, Node, Question, Record, Turn
+from lychee_ray.tables import BuildStats, Node, Passage, Question, Record, Turn
 
 DIM = 16
 INJECT = "c1' OR '1'='1"
@@ -31,7 +31,8 @@ WORDS = "apple river music garden travel piano coffee soccer novel camera".split
 
 
 def make_conv(cid: str, seed: int, status: str = "ok", planted: str | None = None) -> Conversation:
-    """12 turns in two sessions (May 1 and June 10, 2023), 3 segments, 8 records, 4 nodes."""
+    """12 turns in two sessions (May 1 and June 10, 2023), the last one in 2 passages, 3
+    segments, 8 records, 4 nodes."""
     rng = np.random.default_rng(seed)
     turns = []
     for i in range(12):
@@ -41,6 +42,9 @@ def make_conv(cid: str, seed: int, status: str = "ok", planted: str | None = Non
                           role="speaker_a" if i % 2 == 0 else "speaker_b", text=text, timestamp=day))
     if planted:
         turns[7].text = f"we finally booked the trip to {planted} for the summer"
+    cut = turns[11].text.index(" and ")
+    passages = [Passage(turn_id=turns[11].turn_id, passage_idx=0, char_start=0, char_end=cut),
+                Passage(turn_id=turns[11].turn_id, passage_idx=1, char_start=cut + 1, char_end=len(turns[11].text))]
     segments = [
         Segment(f"{cid}:seg{k}", k, list(range(4 * k, 4 * k + 4)), [2 * k, 2 * k + 1], 40, 0.7, "threshold")
         for k in range(3)
@@ -67,18 +71,20 @@ def make_conv(cid: str, seed: int, status: str = "ok", planted: str | None = Non
     record_nodes = [(rec.record_id, nodes[0 if i % 2 == 0 else 1].node_id) for i, rec in enumerate(records)]
     record_nodes += [(records[1].record_id, nodes[2].node_id), (records[2].record_id, nodes[2].node_id),
                      (records[0].record_id, nodes[3].node_id), (records[1].record_id, nodes[3].node_id)]
-    return Conversation(
+    conv = Conversation(
         conversation_id=cid, source="locomo", source_file="x.json", turns=turns,
         questions=[Question(conversation_id=cid, question_id=f"{cid}:q0", question="Where is Caroline going?", answer="Zanzibar",
                             category="single_hop", evidence_turn_ids=[turns[7].turn_id], question_date="2023-07-01")],
         status=status, error="boom" if status == "error" else None,
         exchanges=[[2 * i, 2 * i + 1] for i in range(6)],
-        turn_embeddings=unit(rng, 12), segments=segments, records=records,
+        turn_embeddings=unit(rng, 12), passages=passages, segments=segments, records=records,
         record_embeddings=unit(rng, len(records)), nodes=nodes, node_embeddings=unit(rng, len(nodes)),
         record_nodes=record_nodes,
         stats=BuildStats(llm_calls=3, prompt_tokens=100, completion_tokens=20, backend="rules"),
         errors=[{"kind": "turn_split", "field": "text", "message": "split a long turn"}],
     )
+    conv.passage_embeddings = unit(rng, len(passages))  # drawn last: the other vectors stay as they were
+    return conv
 
 
 CONVS = {cid: make_conv(cid, seed, planted="zanzibar" if cid == "c1" else None)

@@ -232,7 +232,7 @@ def validated_turns(raw_turns: list[dict], cid: str, src_path: str, where: int, 
         turn_id = _unique_turn_id(scalar_text(rt.get("turn_id")) or f"{session_id}:{k + 1}", k, seen_ids, fld, cid, path, line, errors)
         timestamp = _checked_timestamp(rt.get("timestamp"), f"{fld}.timestamp", cid, path, line, errors)
         for part_no, part in enumerate(_split_oversized(text, cfg.max_turn_tokens, token_counter(cfg.tokenizer))):
-            pid = turn_id if part_no == 0 else f"{turn_id}#p{part_no + 1}"
+            pid = part_turn_id(turn_id, part_no)
             if part_no == 1:
                 errors.append(ErrorEntry(path, line, f"{fld}.text", "turn_split", f"{cid}: turn {turn_id} exceeds {cfg.max_turn_tokens} tokens; split into parts {turn_id}, {turn_id}#p2, ...", cid))
             turns.append(
@@ -249,6 +249,19 @@ def validated_turns(raw_turns: list[dict], cid: str, src_path: str, where: int, 
                 )
             )
     return turns
+
+
+def part_turn_id(turn_id: str, part_no: int) -> str:
+    """The id of part `part_no` (0-based) of a split turn: the turn's own id, then X#p2, X#p3..."""
+    return turn_id if part_no == 0 else f"{turn_id}#p{part_no + 1}"
+
+
+_PART_SUFFIX = re.compile(r"#p\d+$")
+
+
+def whole_turn_id(turn_id: str) -> str:
+    """The id of the input turn a stored turn is (a part of): what evidence labels name."""
+    return _PART_SUFFIX.sub("", turn_id)
 
 
 def scalar_text(value) -> str | None:
