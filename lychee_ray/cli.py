@@ -24,7 +24,7 @@ from lychee_ray.ingest.job import REDO_STATUSES, run_ingest
 from lychee_ray.io.fs import PathProblem, os_reason
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
-from lychee_ray.query.memory import Memory, MemoryAnswer, QueryError
+from lychee_ray.query.memory import Memory, MemoryAnswer, MemoryItem, QueryError
 from lychee_ray.store.manifest import StoreError
 from lychee_ray.synth import FORMATS, STYLES, SynthError, SynthParams, write_archive
 
@@ -123,6 +123,12 @@ def cmd_evaluate(args, cfg) -> int:
     return 0
 
 
+def _item_json(item: MemoryItem) -> dict:
+    """An item as `--json` prints it: every field but the whole stored record it came from
+    (its vector is no JSON, and the fields already say what the record says)."""
+    return {f.name: getattr(item, f.name) for f in dataclasses.fields(item) if f.name != "record"}
+
+
 def cmd_query(args, cfg) -> int:
     """A thin printer over `Memory`: the same plan, retrieval and answer an agent gets."""
     answered: MemoryAnswer | None = None
@@ -142,7 +148,7 @@ def cmd_query(args, cfg) -> int:
             "conversation_id": args.conversation,
             "asked_at": asked_at,
             "plan": plan.model_dump(mode="json"),
-            "items": [dataclasses.asdict(item) for item in items],
+            "items": [_item_json(item) for item in items],
         }
         if answered is not None:
             out.update(answer=answered.answer, usage=dataclasses.asdict(answered.usage), errors=answered.errors)

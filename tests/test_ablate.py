@@ -1,5 +1,5 @@
-"""The ablation grid end to end on a cut LoCoMo conversation (3 sessions of the bundled conv-30):
-real MiniLM, real encode/organize/store stages, DuckDB over the Parquet stores. A reduced grid
+"""The ablation grid end to end on one generated conversation between friends in LoCoMo's format
+(3 sessions of 20 turns, tests/support/generated.py): real MiniLM, real encode/organize/store stages, DuckDB over the Parquet stores. A reduced grid
 (via `grid.only`) keeps it to a couple of minutes on 2 cores; one LLM-path grid runs against
 the fake OpenAI-compatible server and checks its token accounting against the server's usage."""
 
@@ -20,9 +20,9 @@ from benchmarks.bench_ablate import cut_counts
 from lychee_ray.ablate.grid import load_grid
 from lychee_ray.ablate.runner import balanced_windows, run_ablation
 from lychee_ray.config_sections import ConfigError
-from tests.support.locomo_cut import cut_locomo
+from tests.support.generated import generate
 
-from .conftest import DEMO_PATH, LOCOMO_PATH, REPO
+from .conftest import REPO
 
 SPEC = REPO / "configs" / "ablations" / "locomo.yaml"
 REDUCED = "grid.only=[full,eager,window,vector_only,delta_0.30,full_context,naive_rag]"
@@ -30,8 +30,9 @@ REDUCED = "grid.only=[full,eager,window,vector_only,delta_0.30,full_context,naiv
 
 @pytest.fixture(scope="module")
 def cut_input(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ablate-input") / "conv30_cut.json"
-    cut_locomo(DEMO_PATH, path, conversations=1, sessions=3)
+    archive = generate(tmp_path_factory.mktemp("ablate-input"), "locomo", conversations=1, sessions=3, turns_per_session=20,
+                       style="chitchat")
+    (path,) = archive.files
     n_turns, _ = cut_counts(path)
     return path, n_turns
 
@@ -153,7 +154,7 @@ def test_build_token_accounting_equals_build_stats(rules_grid):
 def test_references_read_the_whole_conversation_or_the_top_turns(rules_grid):
     _, rows, out, _ = rules_grid
     fc = pq.read_table(out / "evals" / "full_context" / "answers").to_pylist()
-    assert all(r["dropped_turns"] == 0 for r in fc)  # 58 turns fit the 16k context
+    assert all(r["dropped_turns"] == 0 for r in fc)  # 60 turns fit the 16k context
     assert all(r["evidence_recall"] == 1.0 for r in fc if r["evidence_turn_ids"])
     assert rows["full_context"]["query_tokens"] > rows["naive_rag"]["query_tokens"]
     rag = pq.read_table(out / "evals" / "naive_rag" / "answers").to_pylist()
@@ -230,7 +231,7 @@ def test_vllm_grid_token_accounting_matches_engine_counters(vllm_server, embedde
     the prompt/generation tokens vLLM itself counted while the grid ran."""
     from tests.test_vllm_engine import TINY_BOUNDS, vllm_counters
 
-    cut = cut_locomo(LOCOMO_PATH, tmp_path / "cut.json", conversations=2, sessions=1)
+    (cut,) = generate(tmp_path / "input", "locomo", conversations=2, sessions=1, style="chitchat").files
     sets = [
         "grid.only=[full,eager,naive_rag]",
         "grid.questions_per_conversation=2",

@@ -1,5 +1,5 @@
-"""The conversation cache of the retrieval engine (query/conversation.py) on a real store (rules
-backend, real MiniLM): NULL vectors are skipped, the cache is bounded in bytes (LRU), the bound
+"""The conversation cache of the retrieval engine (query/conversation.py) on the generated store
+(rules backend, real MiniLM; tests/support/generated.py): NULL vectors are skipped, the cache is bounded in bytes (LRU), the bound
 reaches the retriever and `Memory`, and a rewritten store is not served stale."""
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from lychee_ray.store.reader import open_store
 from lychee_ray.store.writer import StoreWriter
 from lychee_ray.tables import INGEST_TABLES
 
-from .support.locomo_store import local_config
+from .support.asked import chitchat_ids, speakers_of
+from .support.generated import local_config
 
-CIDS = ("conv-26", "conv-30", "conv-41")
-WINDOWS = [("2023-06-01", "2023-06-30"), ("2023-05-08", None), (None, "2023-05-31"), ("2023-07", "2023"),
-           ("1999-01-01", "1999-12-31"), ("2023-05-25", "2023-05-25")]
+pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +32,20 @@ def embedder(local_embedder):
 
 
 @pytest.fixture(scope="module")
-def store(fixture_store):
-    return fixture_store
+def store(synth_store):
+    return synth_store
+
+
+@pytest.fixture(scope="module")
+def asked(generated_locomo):
+    """A conversation between friends, a route for one of its single-hop questions (naming the
+    person it asks about) and the question."""
+    cid = chitchat_ids(generated_locomo)[0]
+    question = generated_locomo.asked("single_hop", cid)[0]["question"]
+    who = [s for s in speakers_of(generated_locomo, cid) if s in question]
+    assert who, question
+    route = Route(goal=question, search_terms=question.rstrip("?").split(), entities=who, topics=[], time_window=None)
+    return cid, QueryPlan(routes=[route]), question
 
 
 def test_rows_without_a_vector_are_skipped_by_vector_ranking():
@@ -71,58 +82,61 @@ def _records(dim: int) -> pa.Table:
 
 # ---------------------------------------------------------------------------- the cache itself
 def test_the_cache_evicts_the_least_recently_used_conversation_past_its_byte_bound(store):
-    size = {cid: LoadedConversation.load(store, cid).nbytes for cid in CIDS}
-    vectors = LoadedConversation.load(store, "conv-26")
-    assert size["conv-26"] > sum(r.matrix.nbytes for r in (vectors.turns, vectors.records, vectors.nodes))
-    cache = ConversationCache(size["conv-26"] + size["conv-30"] + size["conv-41"] - 1)
-    cache.get(store, "conv-26")
-    cache.get(store, "conv-30")
-    cache.get(store, "conv-26")  # conv-30 is now the least recently used
-    cache.get(store, "conv-41")  # over the bound by one byte: conv-30 goes
-    assert "conv-30" not in cache and "conv-26" in cache and "conv-41" in cache
-    assert cache.nbytes == size["conv-26"] + size["conv-41"] and cache.loads == 3
-    cache.get(store, "conv-26")  # a hit loads nothing
+    cids = store.conversation_ids()
+    assert len(cids) == 3
+    a, b, c = cids
+    size = {cid: LoadedConversation.load(store, cid).nbytes for cid in cids}
+    vectors = LoadedConversation.load(store, a)
+    assert size[a] > sum(r.matrix.nbytes for r in (vectors.turns, vectors.records, vectors.nodes))
+    cache = ConversationCache(size[a] + size[b] + size[c] - 1)
+    cache.get(store, a)
+    cache.get(store, b)
+    cache.get(store, a)  # b is now the least recently used
+    cache.get(store, c)  # over the bound by one byte: b goes
+    assert b not in cache and a in cache and c in cache
+    assert cache.nbytes == size[a] + size[c] and cache.loads == 3
+    cache.get(store, a)  # a hit loads nothing
     assert cache.loads == 3
-    cache.get(store, "conv-30")  # a reload after eviction does, and evicts conv-41 (LRU)
-    assert cache.loads == 4 and set(CIDS) - {"conv-41"} == {c for c in CIDS if c in cache}
+    cache.get(store, b)  # a reload after eviction does, and evicts c (LRU)
+    assert cache.loads == 4 and {a, b} == {x for x in cids if x in cache}
     tiny = ConversationCache(1)  # smaller than one conversation: still served, one at a time
-    assert tiny.get(store, "conv-26").records.n and len(tiny) == 1
-    tiny.get(store, "conv-30")
-    assert len(tiny) == 1 and "conv-30" in tiny
+    assert tiny.get(store, a).records.n and len(tiny) == 1
+    tiny.get(store, b)
+    assert len(tiny) == 1 and b in tiny
 
 
-def test_the_configured_bound_reaches_the_retriever_and_memory(store, embedder, locomo_dev_store):
+def test_the_configured_bound_reaches_the_retriever_and_memory(store, embedder, synth_store_dir, asked):
     r = Retriever(store, local_config("retrieval.cache_mb=3").retrieval, embedder.encode)
     assert r.cache is cache_for(store) and r.cache.max_bytes == 3 * 2**20
     assert Retriever(store, local_config().retrieval, embedder.encode).cache.max_bytes == 512 * 2**20  # back to the default
     with pytest.warns(FutureWarning, match="retrieval.engine"):  # the old switch is read and ignored
         assert local_config("retrieval.engine=store").retrieval.cache_mb == 512
-    with Memory.open(locomo_dev_store) as memory:
-        memory.search("conv-30", "Where did Gina go?")
-        assert "conv-30" in cache_for(memory.store)
+    cid, _, question = asked
+    with Memory.open(synth_store_dir) as memory:
+        memory.search(cid, question)
+        assert cid in cache_for(memory.store)
 
 
-def test_a_rewritten_store_is_not_served_stale(locomo_dev_store, tmp_path, embedder):
+def test_a_rewritten_store_is_not_served_stale(synth_store_dir, tmp_path, embedder, asked):
     """The cache belongs to one opened Store, a snapshot of its commits: a store rewritten
-    after it was opened (a re-ingest of conv-30) is opened anew and gets a new, empty cache,
-    while the old Store keeps answering from its own snapshot, as its SQL views do."""
+    after it was opened (a re-ingest of one conversation) is opened anew and gets a new, empty
+    cache, while the old Store keeps answering from its own snapshot, as its SQL views do."""
     copy = tmp_path / "store"
-    shutil.copytree(locomo_dev_store, copy)
+    shutil.copytree(synth_store_dir, copy)
     cfg = local_config()
-    plan = QueryPlan(routes=[Route(goal="Gina dance studio", search_terms=["dance"], entities=["Gina"], topics=[],
-                                   time_window=None)])
+    cid, plan, question = asked
     with open_store(str(copy), cfg) as before:
-        old = Retriever(before, cfg.retrieval, embedder.encode).retrieve("conv-30", plan, "Gina dance studio?")
-        assert "conv-30" in cache_for(before) and old.selected
-        rewrite_conversation(copy, "conv-30", cfg)
+        old = Retriever(before, cfg.retrieval, embedder.encode).retrieve(cid, plan, question)
+        assert cid in cache_for(before) and old.selected
+        rewrite_conversation(copy, cid, cfg)
         with open_store(str(copy), cfg) as after:
             assert cache_for(after) is not cache_for(before) and len(cache_for(after)) == 0
-            new = Retriever(after, cfg.retrieval, embedder.encode).retrieve("conv-30", plan, "Gina dance studio?")
+            new = Retriever(after, cfg.retrieval, embedder.encode).retrieve(cid, plan, question)
             assert new.fused == old.fused  # the same rows rank the same; only their text is new
             records = [e for e in new.candidates.values() if e.kind == "record"]
             assert records and all(e.text.startswith("(edited) ") for e in records)
         # the old Store's snapshot is unchanged, and so is what its cache serves
-        again = Retriever(before, cfg.retrieval, embedder.encode).retrieve("conv-30", plan, "Gina dance studio?")
+        again = Retriever(before, cfg.retrieval, embedder.encode).retrieve(cid, plan, question)
         assert again.context_text == old.context_text and again.fused == old.fused
         assert not any(e.text.startswith("(edited) ") for e in again.candidates.values())
 

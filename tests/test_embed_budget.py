@@ -2,9 +2,10 @@
 node names embedded once per actor (an LRU across batches) and each distinct text once per call,
 with recall paths intact.
 
-Two views of the LoCoMo fixture with the rules backend and the real MiniLM: the shared store
-(the real Ray job) for what is stored and what retrieval finds, and the same stages run in this
-process, with the model's own encode spied on, for what was sent to the model."""
+Two views of the generated archive (tests/support/generated.py) with the rules backend and the
+real MiniLM: the shared store (the real Ray job) for what is stored and what retrieval finds, and
+the same stages run in this process, with the model's own encode spied on, for what was sent to
+the model."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ from lychee_ray.schemas import Conversation
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.rows import conversation_rows, rows_to_table
 
-from .conftest import LOCOMO_PATH
-from .support.locomo_store import local_config
+from .support.asked import chitchat_ids, speakers_of
+from .support.generated import local_config
+
+pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 NO_VECTOR = {"time", "event_frame"}
 ATOL = 1e-5  # the same text in another batch: equal up to float noise
@@ -55,12 +58,14 @@ def embedder():
 
 
 @pytest.fixture(scope="module")
-def organized(embedder):
-    """The fixture through read -> embed -> segment -> encode (rules) in this process, then
+def organized(embedder, generated_locomo):
+    """The generated archive through read -> embed -> segment -> encode (rules) in this process, then
     organize one conversation per batch on one stage (one actor): (conversations, stage, what
     the model was sent by organize, per batch)."""
     cfg = local_config()
-    convs = [c for c in read_file(str(LOCOMO_PATH), cfg.read_settings) if c.status == "ok"]
+    (archive,) = generated_locomo.files
+    convs = [c for c in read_file(str(archive), cfg.read_settings) if c.status == "ok"]
+    assert len(convs) == len(generated_locomo.conversation_ids())
     convs = EmbedTurnsStage(cfg, embedder).process_batch(convs)
     convs = SegmentStage(cfg).process_batch(convs)
     encoder = EncodeStage(cfg)
@@ -77,8 +82,8 @@ def organized(embedder):
 
 
 # ------------------------------------------------------------------------------ the stored vectors
-def test_time_and_event_frame_nodes_have_no_vector_and_the_rest_a_fresh_encode_of_their_name(locomo_dev_store, embedder):
-    with open_store(str(locomo_dev_store), local_config()) as store:
+def test_time_and_event_frame_nodes_have_no_vector_and_the_rest_a_fresh_encode_of_their_name(synth_store_dir, embedder):
+    with open_store(str(synth_store_dir), local_config()) as store:
         rows = store.sql("SELECT kind, name, embedding FROM nodes ORDER BY node_id")
     kinds = Counter(r["kind"] for r in rows)
     assert set(kinds) == {"entity", "topic", "entity_topic", "time", "event_frame"}, kinds
@@ -89,42 +94,45 @@ def test_time_and_event_frame_nodes_have_no_vector_and_the_rest_a_fresh_encode_o
     np.testing.assert_allclose(np.stack([r["embedding"] for r in with_vec]), fresh, atol=ATOL)
 
 
-def test_records_and_turns_keep_their_vectors(locomo_dev_store):
-    with open_store(str(locomo_dev_store), local_config()) as store:
+def test_records_and_turns_keep_their_vectors(synth_store_dir):
+    with open_store(str(synth_store_dir), local_config()) as store:
         for table in ("records", "turns"):
             n, missing = store.con.execute(f"SELECT count(*), count(*) - count(embedding) FROM {table}").fetchone()
             assert n > 0 and missing == 0, table
 
 
-def test_node_vector_search_skips_nodes_without_a_vector(locomo_dev_store, embedder):
-    with open_store(str(locomo_dev_store), local_config()) as store:
+def test_node_vector_search_skips_nodes_without_a_vector(synth_store_dir, embedder):
+    with open_store(str(synth_store_dir), local_config()) as store:
         for cid in store.conversation_ids():
             kinds = Counter(r[0] for r in store.con.execute("SELECT kind FROM nodes WHERE conversation_id = ?", [cid]).fetchall())
             n_vec = sum(v for k, v in kinds.items() if k not in NO_VECTOR)
             # a query vector equal to a date's own name: the time node it names is still not found
+            day = store.sql("SELECT name FROM nodes WHERE conversation_id = $cid AND kind = 'time' LIMIT 1", {"cid": cid})[0]["name"]
             nodes = LoadedConversation.load(store, cid).nodes
-            hits = nodes.top(nodes.cosine(embedder.encode(["2023-05-08"]))[0], 10_000)
+            hits = nodes.top(nodes.cosine(embedder.encode([day]))[0], 10_000)
             assert len(hits) == n_vec and not any(nodes.cols["kind"][i] in NO_VECTOR for i in hits), cid
             ids, vecs = store.embeddings("nodes", cid)
             assert len(ids) == n_vec and vecs.shape == (n_vec, store.dim) and np.isfinite(vecs).all()
             # time and event-frame nodes are still there for the name match and the time channel
-            day = store.sql("SELECT name FROM nodes WHERE conversation_id = $cid AND kind = 'time' LIMIT 1", {"cid": cid})[0]["name"]
             assert [nodes.cols["kind"][i] for i in LoadedConversation.load(store, cid).match_nodes([day])] == ["time"]
 
 
-def test_node_channel_still_answers_a_question(locomo_dev_store, embedder):
+def test_node_channel_still_answers_a_question(synth_store_dir, generated_locomo, embedder):
     cfg = local_config('retrieval.channels=["node"]')
-    with open_store(str(locomo_dev_store), cfg) as store:
-        q = store.sql("SELECT conversation_id, question FROM questions WHERE conversation_id = 'conv-26' "
-                      "AND question ILIKE '%Caroline%' ORDER BY question_id LIMIT 1")[0]
-        entities = [r["name"] for r in store.sql("SELECT name FROM nodes WHERE conversation_id = 'conv-26' AND kind = 'entity'")]
+    cid = chitchat_ids(generated_locomo)[0]
+    speaker = speakers_of(generated_locomo, cid)[0]
+    with open_store(str(synth_store_dir), cfg) as store:
+        # the first stored question of a conversation between friends that names its first speaker
+        q = store.sql("SELECT conversation_id, question FROM questions WHERE conversation_id = $cid "
+                      "AND question ILIKE $name ORDER BY question_id LIMIT 1", {"cid": cid, "name": f"%{speaker}%"})[0]
+        entities = [r["name"] for r in store.sql("SELECT name FROM nodes WHERE conversation_id = $cid AND kind = 'entity'", {"cid": cid})]
         plan = RulesPlanner().plan(q["question"], known_entities=entities)
         retriever = Retriever(store, cfg.retrieval, embedder.encode)
         got = retriever.retrieve(q["conversation_id"], plan, q["question"])
         assert got.rankings.get("r0:node"), q["question"]
         assert got.selected
         # the node channel's vector match alone (no names) still finds linked records
-        conv = LoadedConversation.load(store, "conv-26")
+        conv = LoadedConversation.load(store, cid)
         nearest = conv.nodes.top(conv.nodes.cosine(embedder.encode([q["question"]]))[0], cfg.retrieval.max_node_matches)
         assert nearest and conv.node_records([conv.nodes.ids[i] for i in nearest])
 
@@ -154,7 +162,7 @@ def test_names_embedded_for_an_earlier_conversation_come_from_the_actor_cache(or
         assert not set(earlier) & set(sent), conv.conversation_id  # not sent again
         assert not {n.name for n in conv.nodes if n.kind in NO_VECTOR} & set(sent) - {r.text for r in conv.records}
         seen.update(names)
-    assert repeated > 0  # topics ("family", ...) recur across the fixture's conversations
+    assert repeated > 0  # topics ("calligraphy", "recipe", ...) recur across the archive's conversations
     stats = stage.stats
     assert stats["texts_from_cache"] == repeated
     assert stats["texts_asked"] == stats["texts_embedded"] + stats["texts_from_cache"] + stats["texts_deduplicated"]

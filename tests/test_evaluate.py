@@ -1,4 +1,4 @@
-"""`evaluate` on the rules path, as Ray Data over a real store of the LoCoMo fixture: bad question rows
+"""`evaluate` on the rules path, as Ray Data over the generated store (tests/support/generated.py): bad question rows
 become per-question error rows while the rest is answered, a store without records gives error
 rows and a report, and a run killed with -9 resumes without re-asking anything answered."""
 
@@ -21,7 +21,9 @@ from lychee_ray.io.fs import is_temp_name
 
 from .conftest import REPO
 from .support.kill import kill_session
-from .support.locomo_store import LOCAL_CONFIG, local_config
+from .support.generated import LOCAL_CONFIG, local_config
+
+pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 
 def answers(out_dir: Path) -> dict[str, dict]:
@@ -36,10 +38,11 @@ def store_questions(store_dir: Path, cid: str, n: int) -> list[dict]:
     return [{**r, "question_date": str(r["question_date"])} for r in picked]
 
 
-def test_bad_question_rows_are_error_rows_and_the_rest_is_answered(locomo_dev_store, tmp_path, caplog, ray_local):
-    good = store_questions(locomo_dev_store, "conv-26", 4)
+def test_bad_question_rows_are_error_rows_and_the_rest_is_answered(synth_store_dir, generated_locomo, tmp_path, caplog, ray_local):
+    good = store_questions(synth_store_dir, generated_locomo.conversation_ids()[0], 4)
+    assert len(good) == 4
     bad = [
-        {**good[0], "question_id": "bad-unknown-conv", "conversation_id": "conv-999"},
+        {**good[0], "question_id": "bad-unknown-conv", "conversation_id": "no-such-conversation"},
         {**good[1], "question_id": "bad-empty", "question": "   "},
     ]
     qfile = tmp_path / "questions.jsonl"
@@ -48,7 +51,7 @@ def test_bad_question_rows_are_error_rows_and_the_rest_is_answered(locomo_dev_st
     qfile.write_text("".join(line + "\n" for line in lines))
     out = tmp_path / "eval"
     with caplog.at_level(logging.WARNING, logger="lychee_ray.evaluate"):
-        result = run_evaluate(local_config(), str(locomo_dev_store), str(out), questions_path=str(qfile))
+        result = run_evaluate(local_config(), str(synth_store_dir), str(out), questions_path=str(qfile))
     assert result.asked == 8
     rows = answers(out)
     dup_id = f"{good[3]['question_id']}#dup2"
@@ -56,7 +59,7 @@ def test_bad_question_rows_are_error_rows_and_the_rest_is_answered(locomo_dev_st
     assert rows["questions.jsonl:line7"]["status"] == "error" and "expected a JSON object" in rows["questions.jsonl:line7"]["error"]
     assert rows[dup_id]["status"] == "error" and "appears more than once" in rows[dup_id]["error"]
     unknown, empty = rows["bad-unknown-conv"], rows["bad-empty"]
-    assert unknown["status"] == "error" and "'conv-999'" in unknown["error"] and "not in the store" in unknown["error"]
+    assert unknown["status"] == "error" and "'no-such-conversation'" in unknown["error"] and "not in the store" in unknown["error"]
     assert empty["status"] == "error" and "is empty" in empty["error"]
     assert unknown["prediction"] == "" and unknown["retrieved_turn_ids"] == []
     for q in good:
@@ -72,9 +75,9 @@ def test_bad_question_rows_are_error_rows_and_the_rest_is_answered(locomo_dev_st
     assert "8 asked, 4 answered ok, 4 with errors" in report and "bad-unknown-conv" in report
 
 
-def test_store_without_records_gives_error_rows_and_a_report(locomo_dev_store, tmp_path, ray_local):
+def test_store_without_records_gives_error_rows_and_a_report(synth_store_dir, tmp_path, ray_local):
     empty = tmp_path / "no-records"
-    shutil.copytree(locomo_dev_store, empty)
+    shutil.copytree(synth_store_dir, empty)
     for table in ("records", "record_nodes"):  # the committed files stay, holding zero rows
         for part in (empty / table).glob("part-*.parquet"):
             pq.write_table(pq.read_schema(part).empty_table(), part)
@@ -88,12 +91,12 @@ def test_store_without_records_gives_error_rows_and_a_report(locomo_dev_store, t
     assert "0 answered ok, 5 with errors" in report
 
 
-def test_kill_minus_9_then_resume_reasks_nothing_already_answered(locomo_dev_store, tmp_path, ray_local):
+def test_kill_minus_9_then_resume_reasks_nothing_already_answered(synth_store_dir, tmp_path, ray_local):
     out = tmp_path / "eval"
     sets = ["--set", "evaluate.max_questions=40", "--set", "evaluate.questions_per_batch=4", "--set", "ray.num_cpus=2",
             "--set", "ray.progress_bars=false"]
     cmd = [sys.executable, "-m", "lychee_ray.cli", "evaluate", "--config", str(LOCAL_CONFIG),
-           "--store", str(locomo_dev_store), "--out", str(out), *sets]
+           "--store", str(synth_store_dir), "--out", str(out), *sets]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
     env.pop("RAY_ADDRESS", None)
     log_path = tmp_path / "killed-run.log"
@@ -110,7 +113,7 @@ def test_kill_minus_9_then_resume_reasks_nothing_already_answered(locomo_dev_sto
     assert 1 <= answered_before < 40
 
     result = run_evaluate(local_config("evaluate.max_questions=40", "evaluate.questions_per_batch=4"),
-                          str(locomo_dev_store), str(out))
+                          str(synth_store_dir), str(out))
     assert (result.asked, result.skipped) == (40 - answered_before, answered_before)
     # the parts answered before the kill were not rewritten: nothing in them was asked again
     assert {name: ((parts / name).stat().st_mtime_ns, (parts / name).stat().st_size) for name in before} == before
@@ -118,7 +121,7 @@ def test_kill_minus_9_then_resume_reasks_nothing_already_answered(locomo_dev_sto
     assert len(rows) == 40 and all(r["status"] == "ok" for r in rows.values())
     assert not [p.name for p in parts.iterdir() if is_temp_name(p.name)]  # no writer debris left
     # a third run has nothing left to ask
-    assert run_evaluate(local_config("evaluate.max_questions=40"), str(locomo_dev_store), str(out)).asked == 0
+    assert run_evaluate(local_config("evaluate.max_questions=40"), str(synth_store_dir), str(out)).asked == 0
 
 
 def test_answers_table_has_the_design_columns():

@@ -1,7 +1,8 @@
 """The evaluate stage on the `openai` backend against the fake OpenAI-compatible server.
 
-A real store (Ray ingest of cut LoCoMo fixture conversations, rules records, MiniLM embeddings) is
-queried by the real planner / retrieval / answer / judge stages; only the model is the fake,
+A real store (the session's generated store, tests/support/generated.py: Ray ingest, rules
+records, MiniLM embeddings) is queried by the real planner / retrieval / answer / judge stages;
+only the model is the fake,
 whose replies are derived from each prompt (the plan restates the question, the answer quotes
 the first evidence line, the judge checks word overlap), never from the gold answers.
 
@@ -20,9 +21,9 @@ import pytest
 from lychee_ray.config import load_config
 from lychee_ray.schemas import QueryPlan
 from lychee_ray.tokens import count_tokens
-from tests.support.locomo_cut import cut_locomo
+from .conftest import REPO
 
-from .conftest import LOCOMO_PATH, REPO
+pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 N_QUESTIONS = 12
 
@@ -45,14 +46,9 @@ def cfg_for(server, *overrides):
 
 
 @pytest.fixture(scope="module")
-def store_dir(tmp_path_factory, ray_local):
-    from lychee_ray.ingest.job import run_ingest
-
-    tmp = tmp_path_factory.mktemp("eval_llm")
-    cut = cut_locomo(LOCOMO_PATH, tmp / "cut.json", conversations=2, sessions=2)
-    out = tmp / "store"
-    run_ingest(load_config(REPO / "configs" / "local.yaml", ["ray.progress_bars=false"]), str(cut), str(out))
-    return str(out)
+def store_dir(synth_store_dir):
+    """The shared store, built under the rules backend: only the query side asks the model."""
+    return str(synth_store_dir)
 
 
 def question_of(request) -> str:

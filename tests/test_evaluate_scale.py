@@ -1,7 +1,7 @@
 """Evaluate at scale: per-stage actors, batches and in-flight limits from config; questions
 grouped by conversation all the way to the retrieve actors; baselines searched once per question
-and cut per budget (equal to the old per-budget search on the fixture store); the driver's
-progress bar. Real store of the LoCoMo fixture, real MiniLM, real local Ray."""
+and cut per budget (equal to the old per-budget search on the generated store); the driver's
+progress bar. The generated store (tests/support/generated.py), real MiniLM, real local Ray."""
 
 from __future__ import annotations
 
@@ -45,7 +45,9 @@ from lychee_ray.runtime.stage import apply_stage, unpack
 from lychee_ray.store.reader import open_store
 
 from .conftest import REPO
-from .support.locomo_store import LOCAL_CONFIG, local_config
+from .support.generated import LOCAL_CONFIG, local_config
+
+pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 # Two actors per stage inside the test session's 2-CPU Ray: fractions of a CPU each, so every
 # pool starts at full size (2x(0.1 + 0.5 + 0.1 + 0.1) + the writer's 0.25 = 1.85).
@@ -146,14 +148,14 @@ def test_questions_are_grouped_by_conversation_in_order():
             assert len(set(convs)) == 1 or all(sum(i.conversation_id == c for i in items) == convs.count(c) for c in convs)
 
 
-def test_retrieve_actors_get_whole_conversation_groups(locomo_dev_store, ray_local):
+def test_retrieve_actors_get_whole_conversation_groups(synth_store_dir, ray_local):
     """Through plan (2 actors) and retrieve (2 actors), every block retrieve emits is exactly one
     of the groups the job made: Ray Data never mixed or split them on the way."""
     cfg = local_config(*TWO_ACTORS, *SMALL_CPUS, "evaluate.baselines=[]")
-    items = interleaved_items(locomo_dev_store, cfg, per_conversation=9)
+    items = interleaved_items(synth_store_dir, cfg, per_conversation=9)
     groups = conversation_groups(items, 7)
     ds = question_dataset(items, 7)
-    for factory in (partial(PlanStage, cfg, str(locomo_dev_store)), partial(RetrieveStage, cfg, str(locomo_dev_store))):
+    for factory in (partial(PlanStage, cfg, str(synth_store_dir)), partial(RetrieveStage, cfg, str(synth_store_dir))):
         ds = apply_stage(ds, factory)
     out = [frozenset(i.question_id for i in unpack(b)) for b in ds.iter_batches(batch_size=None, batch_format="numpy")]
     assert sorted(out, key=sorted) == sorted((frozenset(i.question_id for i in g) for g in groups), key=sorted)
@@ -164,7 +166,7 @@ def test_retrieve_actors_get_whole_conversation_groups(locomo_dev_store, ray_loc
 # Two actors per stage = one
 # --------------------------------------------------------------------------------------------
 def interleaved_items(store_dir: Path, cfg, per_conversation: int) -> list[QAItem]:
-    """`per_conversation` questions of each fixture conversation, interleaved round-robin."""
+    """`per_conversation` questions of each stored conversation, interleaved round-robin."""
     items = load_questions(open_store(str(store_dir), cfg), cfg, None)
     by_conv: dict[str, list[QAItem]] = {}
     for it in items:
@@ -185,28 +187,28 @@ def rows_by_id(out: Path) -> dict[str, dict]:
     return {r["question_id"]: r for r in pq.read_table(out / "answers").to_pylist()}
 
 
-def test_two_actors_per_stage_give_the_same_answers_as_one(locomo_dev_store, ray_local, tmp_path, capsys):
+def test_two_actors_per_stage_give_the_same_answers_as_one(synth_store_dir, ray_local, tmp_path, capsys):
     one = local_config(*SMALL_CPUS, "evaluate.questions_per_batch=5")
     two = local_config(*TWO_ACTORS, *SMALL_CPUS, "evaluate.questions_per_batch=5")
-    items = interleaved_items(locomo_dev_store, one, per_conversation=8)
+    items = interleaved_items(synth_store_dir, one, per_conversation=8)
     qfile = write_questions(items, tmp_path / "questions.jsonl")
     n = len(items)
 
     capsys.readouterr()
-    assert run_evaluate(one, str(locomo_dev_store), str(tmp_path / "one"), str(qfile)).asked == n
+    assert run_evaluate(one, str(synth_store_dir), str(tmp_path / "one"), str(qfile)).asked == n
     # the driver counted every committed answer (pytest's stderr is no terminal: whole lines)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("evaluate: ")]
     assert lines[-1] == f"evaluate: {n}/{n} questions done (100%)"
     assert all(re.fullmatch(rf"evaluate: \d+/{n} questions done \(\d+%\)", line) for line in lines)
-    assert run_evaluate(two, str(locomo_dev_store), str(tmp_path / "two"), str(qfile)).asked == n
+    assert run_evaluate(two, str(synth_store_dir), str(tmp_path / "two"), str(qfile)).asked == n
 
     a, b = rows_by_id(tmp_path / "one"), rows_by_id(tmp_path / "two")
     assert set(a) == {i.question_id for i in items} and a == b
     assert all(r["status"] == "ok" and r["naive_rag_curve"] and r["bm25_curve"] for r in a.values())
 
     # ... and the in-process path (the ablation grid's) gives the same rows, in the given order
-    again = interleaved_items(locomo_dev_store, one, per_conversation=8)
-    done = evaluate_in_process(one, str(locomo_dev_store), again)
+    again = interleaved_items(synth_store_dir, one, per_conversation=8)
+    done = evaluate_in_process(one, str(synth_store_dir), again)
     assert [i.question_id for i in done] == [i.question_id for i in items]
     assert {i.question_id: answer_row(i) for i in done} == a
 
@@ -227,14 +229,15 @@ def test_smaller_budgets_are_cut_from_the_ranking_not_from_the_largest_selection
     assert [e.key for e in cut_to_budget(ranked, UNBOUNDED)] == ["a", "b", "c", "d"]
 
 
-def test_baseline_cut_equals_the_per_budget_search_on_the_fixture_store(locomo_dev_store, ray_local):
+def test_baseline_cut_equals_the_per_budget_search_on_the_generated_store(synth_store_dir, generated_locomo, ray_local):
     from lychee_ray.embedding import Embedder
     from lychee_ray.tokens import token_counter
 
     cfg = local_config()
-    store = open_store(str(locomo_dev_store), cfg)
+    store = open_store(str(synth_store_dir), cfg)
     items = [i for i in load_questions(store, cfg, None) if i.status == "ok"]
-    assert len(items) == 90  # every category 1-4 question of the fixture
+    # every question but the abstentions, which LoCoMo's numbering files as adversarial (5, not evaluated)
+    assert len(items) == sum(q["category"] != "abstention" for q in generated_locomo.questions) > 0
     qvecs = Embedder(cfg.embedding).encode([i.question for i in items])
     count = token_counter(cfg.tokenizer_spec).count
     budgets = sorted({*cfg.evaluate.recall_budgets, cfg.retrieval.context_token_budget, 1, 37, 5000})

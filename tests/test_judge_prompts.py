@@ -87,14 +87,14 @@ def test_longmemeval_judge_maps_yes_to_correct_and_rejects_unknown_types():
 
 # ------------------------------------------------------------------------------- LoCoMo judge
 def test_locomo_judge_is_generous_on_format_and_dates():
-    msgs = locomo_judge_messages("When did Caroline go to the support group?", "7 May 2023", "May 7th")
+    msgs = locomo_judge_messages("When did Ysolde go to the pottery club?", "12 March 2023", "March 12th")
     _assert_well_formed(msgs)
     system = msgs[0]["content"]
     assert "'CORRECT' or 'WRONG'" in system
     assert "generous" in system and "same date or time period" in system
     assert "relative time references" in system
     assert _user(msgs) == (
-        "Question: When did Caroline go to the support group?\nGold answer: 7 May 2023\nGenerated answer: May 7th"
+        "Question: When did Ysolde go to the pottery club?\nGold answer: 12 March 2023\nGenerated answer: March 12th"
     )
     assert "Gold answer: 2022" in _user(locomo_judge_messages("Which year?", 2022, "2022"))
 
@@ -102,7 +102,7 @@ def test_locomo_judge_is_generous_on_format_and_dates():
 # ----------------------------------------------------------------------------- stable prefixes
 def test_system_prefix_is_identical_across_questions():
     pairs = [
-        (plan_messages("Where did Mel go?", "2023-05-08", ["Mel"]), plan_messages("What?", None, [])),
+        (plan_messages("Where did Bran go?", "2023-05-08", ["Bran"]), plan_messages("What?", None, [])),
         (
             locomo_judge_messages("q1", "g1", "p1"),
             locomo_judge_messages("another question", "other gold", "other prediction"),
@@ -146,15 +146,15 @@ def test_answer_prompts_follow_benchmark_conventions():
 
 def test_format_evidence_shows_type_time_and_sources_in_time_order():
     items = [
-        EvidenceItem("Mel paints.", "preference", None, "2023-06-02", ("D4:1",)),
-        EvidenceItem("Caroline went to a\nsupport group.", "event", "2023-05-07", "2023-05-08", ("D1:3", "D1:4")),
-        EvidenceItem("Jon: hi there", None, None, None, ("D9:1",)),
+        EvidenceItem("Bran paints.", "preference", None, "2023-06-02", ("D4:1",)),
+        EvidenceItem("Ysolde went to a\npottery club.", "event", "2023-03-12", "2023-03-13", ("D1:3", "D1:4")),
+        EvidenceItem("Tavik: hi there", None, None, None, ("D9:1",)),
     ]
     block = format_evidence(items)
     assert block == (
-        "- [event | 2023-05-07 | src D1:3,D1:4] Caroline went to a support group.\n"
-        "- [preference | said 2023-06-02 | src D4:1] Mel paints.\n"
-        "- [turn | src D9:1] Jon: hi there\n"
+        "- [event | 2023-03-12 | src D1:3,D1:4] Ysolde went to a pottery club.\n"
+        "- [preference | said 2023-06-02 | src D4:1] Bran paints.\n"
+        "- [turn | src D9:1] Tavik: hi there\n"
     )
     assert format_evidence([]) == "(no memories found)\n"
 
@@ -181,16 +181,16 @@ def test_block_tokens_are_the_sum_of_line_tokens(raw):
 # ------------------------------------------------------------------------------------ planner
 def test_plan_messages_carry_date_and_deduplicated_capped_entities():
     msgs = plan_messages(
-        "What did Mel paint last month?",
+        "What did Bran paint last month?",
         "2023-08-25",
-        ["Mel", "Caroline", "Mel", " ", "Oscar"],
+        ["Bran", "Ysolde", "Bran", " ", "Quenby"],
         max_entities=2,
     )
     _assert_well_formed(msgs)
     user = _user(msgs)
     assert "Question date: 2023-08-25" in user
-    assert "Known entities: Mel, Caroline\n" in user
-    assert user.endswith("Question: What did Mel paint last month?")
+    assert "Known entities: Bran, Ysolde\n" in user
+    assert user.endswith("Question: What did Bran paint last month?")
     system = msgs[0]["content"]
     for field in QueryPlan.model_fields["routes"].annotation.__args__[0].model_fields:
         assert field in system  # every Route field is explained
@@ -216,9 +216,9 @@ def test_json_examples_in_prompts_validate():
 
 def test_prompt_overhead_leaves_the_token_budget_to_evidence():
     """Plan + answer prompts without evidence stay small next to the ~4K tokens per question."""
-    plan = plan_messages("What did Mel paint last month?", "2023-08-25", [f"Entity{i}" for i in range(40)])
+    plan = plan_messages("What did Bran paint last month?", "2023-08-25", [f"Entity{i}" for i in range(40)])
     for benchmark in BENCHMARKS:
-        answer = answer_messages(benchmark, "What did Mel paint last month?", "2023-08-25", "")
+        answer = answer_messages(benchmark, "What did Bran paint last month?", "2023-08-25", "")
         overhead = sum(count_tokens(m["content"]) for m in plan + answer)
         assert overhead < 800, (benchmark, overhead)
 

@@ -29,10 +29,10 @@ from tests.support.tiny_vllm import free_port
 
 SYSTEM = "You turn a conversation segment into self-contained memory records. " * 5
 SEGMENT = (
-    "Session date: 2023-05-08\n"
-    "[D1:1] Caroline (2023-05-08): I went to the LGBTQ support group yesterday.\n"
-    "[D1:2] Melanie (2023-05-08): That sounds great, Caroline!\n"
-    "[D1:3] Caroline (2023-05-08): It was so powerful."
+    "Session date: 2023-03-13\n"
+    "[D1:1] Ysolde (2023-03-13): I went to the Wrenfield pottery club yesterday.\n"
+    "[D1:2] Brannoc (2023-03-13): That sounds great, Ysolde!\n"
+    "[D1:3] Ysolde (2023-03-13): It was so much fun."
 )
 ENCODE_MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": SEGMENT}]
 
@@ -267,7 +267,7 @@ def test_truncated_json_is_repaired(fake_openai):
 def test_schema_invalid_twice_returns_none_with_error(fake_openai, caplog):
     fake_openai.set_faults(schedule=["invalid", "invalid"])
     with caplog.at_level(logging.WARNING, logger="lychee_ray.llm"):
-        result = _encode(LLMClient(_cfg(fake_openai, repair_retries=1)), tag="conv-26/seg-0003")
+        result = _encode(LLMClient(_cfg(fake_openai, repair_retries=1)), tag="chat-7/seg-0003")
     assert result.parsed is None
     assert "records" in result.error and "Field required" in result.error
     assert result.raw == fake_openai.requests[-1]["reply"]
@@ -275,7 +275,7 @@ def test_schema_invalid_twice_returns_none_with_error(fake_openai, caplog):
     assert result.usage.prompt_tokens == fake_openai.total_usage()["prompt_tokens"]  # failed calls count too
     # the repair call shows the model the exact validation error
     assert "records: Field required" in fake_openai.requests[1]["messages"][-1]["content"]
-    assert "conv-26/seg-0003" in caplog.text
+    assert "chat-7/seg-0003" in caplog.text
 
 
 def test_no_repair_when_repair_retries_is_zero(fake_openai):
@@ -382,31 +382,31 @@ def test_encode_hook_follows_the_prompt_and_carries_state():
     schema = json_schema_for(EncodeOutput, "vllm")
     out = EncodeOutput.model_validate(reply_for(ENCODE_MESSAGES, "EncodeOutput", schema))
     assert [r.type for r in out.records] == ["fact"] * 3
-    assert out.records[0].text == "Caroline: I went to the LGBTQ support group yesterday."
-    assert out.records[0].time.start == "2023-05-08" and out.records[0].entities == ["Caroline"]
+    assert out.records[0].text == "Ysolde: I went to the Wrenfield pottery club yesterday."
+    assert out.records[0].time.start == "2023-03-13" and out.records[0].entities == ["Ysolde"]
     assert out.state.open_threads == ["after D1:3"]
-    assert [e.name for e in out.state.entities][:4] == ["Session", "Caroline", "LGBTQ", "Melanie"]
+    assert [e.name for e in out.state.entities][:4] == ["Session", "Ysolde", "Wrenfield", "Brannoc"]
     # enums and bounds of the request are honoured even when the prompt disagrees
     tight = json_schema_for(EncodeOutput, "vllm", enums={"source_turn_ids": ["D1:2"]},
                             max_items={"records": 2}, max_length={"text": 12})
     out = reply_for(ENCODE_MESSAGES, "EncodeOutput-v2", tight)
     jsonschema.validate(out, tight)
     assert [r["source_turn_ids"] for r in out["records"]] == [["D1:2"], ["D1:2"]]
-    assert out["records"][0]["text"] == "Caroline: I "
+    assert out["records"][0]["text"] == "Ysolde: I we"  # cut to 12 characters
     # no turn lines: the generic generator, still valid
     plain = reply_for([{"role": "user", "content": "nothing here"}], "EncodeOutput", schema)
     EncodeOutput.model_validate(plain)
 
 
 def test_plan_answer_judge_hooks():
-    plan = reply_for([{"role": "user", "content": "Context\nQuestion: When did Caroline go to the group?"}],
+    plan = reply_for([{"role": "user", "content": "Context\nQuestion: When did Ysolde go to the club?"}],
                      "QueryPlan", json_schema_for(QueryPlan, "vllm"))
-    assert plan["routes"][0]["goal"] == "When did Caroline go to the group?"
-    answer = reply_for([{"role": "user", "content": "Evidence:\n[1] [D1:1] Caroline (2023-05-08): went to the LGBTQ support group on Sunday\nQuestion: x"}],
+    assert plan["routes"][0]["goal"] == "When did Ysolde go to the club?"
+    answer = reply_for([{"role": "user", "content": "Evidence:\n[1] [D1:1] Ysolde (2023-03-13): went to the Wrenfield pottery club on Sunday\nQuestion: x"}],
                        "AnswerOutput", json_schema_for(AnswerOutput, "vllm"))
-    assert answer == {"answer": "went to the LGBTQ support group"}
+    assert answer == {"answer": "went to the Wrenfield pottery club"}
     judge = json_schema_for(JudgeOutput, "vllm")
-    same = [{"role": "user", "content": "Question: q\nGold answer: 7 May 2023\nGenerated answer: May 7"}]
+    same = [{"role": "user", "content": "Question: q\nGold answer: 12 March 2023\nGenerated answer: March 12"}]
     diff = [{"role": "user", "content": "Question: q\nGold answer: Paris\nGenerated answer: London"}]
     assert reply_for(same, "JudgeOutput", judge) == {"label": "CORRECT"}
     assert reply_for(diff, "JudgeOutput", judge) == {"label": "WRONG"}

@@ -1,6 +1,8 @@
-"""Retrieval on the rules path over a real store of the LoCoMo fixture: each channel alone returns only
-what it should (and only from the asked conversation), time routes keep to their window, RRF
-fuses routes x channels with the configured kappa, and MMR selection stays within the budget.
+"""Retrieval on the rules path over the generated store (tests/support/generated.py), asked about
+a conversation between friends with routes built from the generator's labels: each channel alone
+returns only what it should (and only from the asked conversation), time routes keep to their
+window, RRF fuses routes x channels with the configured kappa, and MMR selection stays within the
+budget.
 
 Expected sets are computed from the Parquet files with plain Python, not with the store's SQL."""
 
@@ -8,8 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
+from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -20,12 +26,13 @@ from lychee_ray.query.fusion import budget_topk, mmr_select
 from lychee_ray.query.retrieve import Retriever
 from lychee_ray.rules.planner import RulesPlanner
 from lychee_ray.schemas import QueryPlan, Route, TimeWindow
+from lychee_ray.store.reader import open_store
 from lychee_ray.tokens import count_tokens
 
-from .support.locomo_store import local_config
+from .support.asked import MonthQuestion, chitchat_ids, month_question
+from .support.generated import local_config
 
-CID = "conv-26"
-QUESTION_DATE = "2023-07-06"  # conv-26's last session in the fixture: the date questions are asked at
+pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 
 class Tables:
@@ -63,8 +70,8 @@ class Tables:
 
 
 @pytest.fixture(scope="module")
-def tables(locomo_dev_store):
-    return Tables(locomo_dev_store)
+def tables(synth_store_dir):
+    return Tables(synth_store_dir)
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +80,8 @@ def embedder(local_embedder):
 
 
 @pytest.fixture(scope="module")
-def store(fixture_store):
-    return fixture_store
+def store(synth_store):
+    return synth_store
 
 
 def retriever(store, embedder, *overrides: str) -> Retriever:
@@ -86,7 +93,45 @@ def route(goal: str, entities=(), topics=(), window=None) -> Route:
     return Route(goal=goal, search_terms=goal.lower().split(), entities=list(entities), topics=list(topics), time_window=tw)
 
 
-CAMPING = route("Melanie camping trip with her family", entities=["Melanie"], topics=["nature"])
+@dataclass(frozen=True)
+class Asked:
+    """What the tests ask, all from the labels and the store: a conversation between friends, the
+    day its questions are asked on (its last turn's), a month-windowed question about a dated
+    event, the route of that event (its person and a topic of the records that cite its turn),
+    another route (a single-hop question about the other speaker) and a broad question."""
+
+    cid: str
+    other: str  # another conversation of the store
+    date: str
+    month: MonthQuestion
+    topic: str
+    event: Route
+    second: Route
+    broad: str
+
+    @property
+    def speakers(self) -> list[str]:
+        return list(self.month.speakers)
+
+
+@pytest.fixture(scope="module")
+def asked(generated_locomo, tables) -> Asked:
+    cid = chitchat_ids(generated_locomo)[0]
+    month = month_question(generated_locomo, cid)
+    date = max(day for (c, _), day in tables.turn_day.items() if c == cid).isoformat()
+    citing = {r["record_id"] for r in tables.records if r["conversation_id"] == cid and month.evidence_turn_id in r["source_turn_ids"]}
+    linked = {e["node_id"] for e in tables.edges if e["conversation_id"] == cid and e["record_id"] in citing}
+    # a topic of the event's records, one the question names first ("driving test"), then the most linked
+    topics = sorted((n for n in tables.nodes if n["node_id"] in linked and n["kind"] == "topic"),
+                    key=lambda n: (n["name"].lower() not in month.bare.lower(), -n["n_records"], n["name"]))
+    assert topics, f"no topic node links a record of {month.evidence_turn_id}"
+    topic = topics[0]["name"]
+    (other_speaker,) = set(month.speakers) - {month.subject}
+    single = next(q["question"] for q in generated_locomo.asked("single_hop", cid) if other_speaker in q["question"])
+    other = next(c for c in generated_locomo.conversation_ids() if c != cid)
+    return Asked(cid, other, date, month, topic, route(month.bare, entities=[month.subject], topics=[topic]),
+                 route(single, entities=[other_speaker], window=(month.start, month.end)),
+                 f"What did {month.subject} do with friends and family, and where?")
 
 
 def only(channel: str) -> str:
@@ -94,122 +139,144 @@ def only(channel: str) -> str:
 
 
 # ---------------------------------------------------------------------------- channel isolation
-def test_record_vector_channel_is_that_conversations_nearest_records(store, embedder, tables):
+def test_record_vector_channel_is_that_conversations_nearest_records(store, embedder, tables, asked):
     r = retriever(store, embedder, only("record_vector"), "retrieval.top_k_per_channel=20")
-    qv = embedder.encode([CAMPING.goal])
-    rankings, pool = r.channel_rankings(CID, QueryPlan(routes=[CAMPING]), qv)
+    qv = embedder.encode([asked.event.goal])
+    rankings, pool = r.channel_rankings(asked.cid, QueryPlan(routes=[asked.event]), qv)
     assert list(rankings) == ["r0:record_vector"]
     keys = rankings["r0:record_vector"]
-    mine = [x for x in tables.records if x["conversation_id"] == CID]
+    mine = [x for x in tables.records if x["conversation_id"] == asked.cid]
     sims = np.array([x["embedding"] for x in mine]) @ qv[0]
     want = [mine[i]["record_id"] for i in np.argsort(-sims)[:20]]
-    assert set(keys) == set(want)  # the nearest 20 of conv-26, none of another conversation
+    assert set(keys) == set(want)  # the nearest 20 of the asked conversation, none of another
     assert all(pool[k].kind == "record" for k in keys)
 
 
-def test_node_channel_returns_only_records_linked_to_matched_nodes(store, embedder, tables):
+def test_node_channel_returns_only_records_linked_to_matched_nodes(store, embedder, tables, asked):
     r = retriever(store, embedder, only("node"))
-    qv = embedder.encode([CAMPING.goal])
-    rankings, _ = r.channel_rankings(CID, QueryPlan(routes=[CAMPING]), qv)
+    qv = embedder.encode([asked.event.goal])
+    rankings, _ = r.channel_rankings(asked.cid, QueryPlan(routes=[asked.event]), qv)
     keys = rankings["r0:node"]
-    asked = {normalize_name(n) for n in ["Melanie", "nature"]}
-    named = [n for n in tables.nodes if n["conversation_id"] == CID and normalize_name(n["name"]) in asked]
-    assert {n["name"] for n in named} == {"Melanie", "nature"}
-    nearest = tables.nearest("nodes", CID, qv[0], r.cfg.max_node_matches)
+    names = {normalize_name(n) for n in [asked.month.subject, asked.topic]}
+    named = [n for n in tables.nodes if n["conversation_id"] == asked.cid and normalize_name(n["name"]) in names]
+    assert {n["name"] for n in named} == {asked.month.subject, asked.topic}
+    nearest = tables.nearest("nodes", asked.cid, qv[0], r.cfg.max_node_matches)
     matched = {n["node_id"] for n in named} | set(nearest)
-    linked = {e["record_id"] for e in tables.edges if e["conversation_id"] == CID and e["node_id"] in matched}
-    assert keys and set(keys) <= linked and set(keys) <= tables.record_ids[CID]
+    linked = {e["record_id"] for e in tables.edges if e["conversation_id"] == asked.cid and e["node_id"] in matched}
+    assert keys and set(keys) <= linked and set(keys) <= tables.record_ids[asked.cid]
     assert len(keys) == min(r.cfg.top_k_per_channel, len(linked))
 
 
-def test_time_channel_returns_only_records_inside_the_window(store, embedder, tables):
+def test_time_channel_returns_only_records_inside_the_window(store, embedder, tables, asked):
     r = retriever(store, embedder, only("time"), "retrieval.top_k_per_channel=1000")
-    june = route("Melanie camping", window=("2023-06-01", "2023-06-30"))
-    rankings, _ = r.channel_rankings(CID, QueryPlan(routes=[june]), embedder.encode([june.goal]))
+    month = route(asked.event.goal, window=(asked.month.start, asked.month.end))
+    rankings, _ = r.channel_rankings(asked.cid, QueryPlan(routes=[month]), embedder.encode([month.goal]))
     keys = rankings["r0:time"]
-    start, end = dt.date(2023, 6, 1), dt.date(2023, 6, 30)
-    want = {rid for rid in tables.record_ids[CID] if tables.in_window(rid, start, end)}
+    start, end = dt.date.fromisoformat(asked.month.start), dt.date.fromisoformat(asked.month.end)
+    want = {rid for rid in tables.record_ids[asked.cid] if tables.in_window(rid, start, end)}
     assert want and set(keys) == want
     # no window, no time channel
-    rankings, _ = r.channel_rankings(CID, QueryPlan(routes=[CAMPING]), embedder.encode([CAMPING.goal]))
+    rankings, _ = r.channel_rankings(asked.cid, QueryPlan(routes=[asked.event]), embedder.encode([asked.event.goal]))
     assert rankings == {}
 
 
-def test_turn_channels_map_hits_to_citing_records_or_keep_the_raw_turn(store, embedder, tables):
+@pytest.fixture()
+def uncovered(synth_store_dir, tables, asked, tmp_path):
+    """A copy of the store where one turn of the asked conversation is cited by no record (the
+    records citing it are removed, with their node links): the rules encoder keeps a record of
+    every generated turn, as it does not of small talk. (store, its tables, the turn)."""
+    turn = next(t for t in tables.turns if t["conversation_id"] == asked.cid and len(t["text"].split()) >= 5
+                and t["turn_id"] != asked.month.evidence_turn_id)
+    dropped = pa.array([r["record_id"] for r in tables.records
+                        if r["conversation_id"] == asked.cid and turn["turn_id"] in r["source_turn_ids"]])
+    assert len(dropped)
+    copy = tmp_path / "store"
+    shutil.copytree(synth_store_dir, copy)
+    for table in ("records", "record_nodes"):  # the committed files, rewritten in place
+        for part in (copy / table).glob("part-*.parquet"):
+            data = pq.read_table(part)
+            pq.write_table(data.filter(pc.invert(pc.is_in(data.column("record_id"), dropped))), part)
+    with open_store(str(copy), local_config()) as s:
+        yield s, Tables(copy), turn
+
+
+def test_turn_channels_map_hits_to_citing_records_or_keep_the_raw_turn(uncovered, embedder, asked):
+    store, tables, raw = uncovered
     r = retriever(store, embedder, only("turn"))
-    # a turn that no record cites (small talk the rules encoder keeps no record of), asked verbatim
-    uncovered = [t for t in tables.turns if (t["conversation_id"], t["turn_id"]) not in tables.cited
-                 and t["conversation_id"] == CID and len(t["text"].split()) >= 5]
-    assert uncovered
-    raw = uncovered[0]
-    plan = QueryPlan(routes=[CAMPING, route(raw["text"])])
-    rankings, pool = r.channel_rankings(CID, plan, embedder.encode([CAMPING.goal, raw["text"]]))
+    assert (asked.cid, raw["turn_id"]) not in tables.cited
+    # the turn no record cites, asked verbatim
+    plan = QueryPlan(routes=[asked.event, route(raw["text"])])
+    rankings, pool = r.channel_rankings(asked.cid, plan, embedder.encode([asked.event.goal, raw["text"]]))
     assert set(rankings) <= {"r0:turn_vector", "r0:turn_bm25", "r1:turn_vector", "r1:turn_bm25"}
-    conv = LoadedConversation.load(store, CID)
+    conv = LoadedConversation.load(store, asked.cid)
     for name, keys in rankings.items():
         qv = embedder.encode([plan.routes[int(name[1])].goal])[0]
         k = r.cfg.top_k_per_channel
-        hits = set(tables.nearest("turns", CID, qv, k)) if name.endswith("vector") else \
+        hits = set(tables.nearest("turns", asked.cid, qv, k)) if name.endswith("vector") else \
             {conv.turns.ids[i] for i in conv.bm25(" ".join(plan.routes[int(name[1])].search_terms), k)}
         for key in keys:
             if key.startswith(TURN_PREFIX):
                 tid = key[len(TURN_PREFIX):]
-                assert tid in hits and (CID, tid) not in tables.cited, (name, key)
+                assert tid in hits and (asked.cid, tid) not in tables.cited, (name, key)
                 assert pool[key].kind == "turn" and pool[key].source_turn_ids == [tid]
             else:
-                assert key in tables.record_ids[CID] and set(tables.record[key]["source_turn_ids"]) & hits, (name, key)
+                assert key in tables.record_ids[asked.cid] and set(tables.record[key]["source_turn_ids"]) & hits, (name, key)
     assert TURN_PREFIX + raw["turn_id"] in rankings["r1:turn_vector"]
     assert pool[TURN_PREFIX + raw["turn_id"]].text.endswith(raw["text"])
+    # and a hit on a cited turn is handed on as the records citing it
+    assert any(not key.startswith(TURN_PREFIX) for keys in rankings.values() for key in keys)
 
 
 @pytest.mark.parametrize("channel", ["record_vector", "node", "time", "turn"])
-def test_no_channel_leaks_another_conversation(store, embedder, tables, channel):
-    """The same question (the names and dates of conv-26) asked against conv-30."""
+def test_no_channel_leaks_another_conversation(store, embedder, tables, asked, channel):
+    """The same question (the names of the asked conversation, a window over every turn of the
+    store) asked against another conversation."""
     r = retriever(store, embedder, only(channel))
-    q = route("Melanie camping trip with her family", entities=["Melanie"], topics=["nature"],
-              window=("2023-01-01", "2023-12-31"))
-    rankings, pool = r.channel_rankings("conv-30", QueryPlan(routes=[q]), embedder.encode([q.goal]))
+    days = tables.turn_day.values()
+    q = route(asked.event.goal, entities=asked.event.entities, topics=asked.event.topics,
+              window=(min(days).isoformat(), max(days).isoformat()))
+    rankings, pool = r.channel_rankings(asked.other, QueryPlan(routes=[q]), embedder.encode([q.goal]))
     assert rankings, channel
-    conv30_turns = {t["turn_id"] for t in tables.turns if t["conversation_id"] == "conv-30"}
+    other_turns = {t["turn_id"] for t in tables.turns if t["conversation_id"] == asked.other}
     for keys in rankings.values():
         for key in keys:
             if key.startswith(TURN_PREFIX):
-                assert key[len(TURN_PREFIX):] in conv30_turns
+                assert key[len(TURN_PREFIX):] in other_turns
             else:
-                assert key in tables.record_ids["conv-30"], (channel, key)
+                assert key in tables.record_ids[asked.other], (channel, key)
 
 
 # ---------------------------------------------------------------------------- time routes
-def test_time_routed_question_excludes_records_outside_its_window(store, embedder, tables):
-    question = "When did Melanie go camping in June?"
-    plan = RulesPlanner().plan(question, QUESTION_DATE, ["Melanie", "Caroline"])
-    assert plan.routes[0].time_window == TimeWindow(start="2023-06-01", end="2023-06-30")
-    start, end = dt.date(2023, 6, 1), dt.date(2023, 6, 30)
-    filtered = retriever(store, embedder).retrieve(CID, plan, question, budget=4000)
+def test_time_routed_question_excludes_records_outside_its_window(store, embedder, tables, asked):
+    question = asked.month.question
+    plan = RulesPlanner().plan(question, asked.date, asked.speakers)
+    assert plan.routes[0].time_window == TimeWindow(start=asked.month.start, end=asked.month.end)
+    start, end = dt.date.fromisoformat(asked.month.start), dt.date.fromisoformat(asked.month.end)
+    filtered = retriever(store, embedder).retrieve(asked.cid, plan, question, budget=4000)
     assert len(filtered.candidates) > 10
     for key, ev in filtered.candidates.items():  # every candidate of every channel, not just the pick
         if ev.kind == "record":
             assert tables.in_window(key, start, end), (key, ev.text, ev.time)
         else:
-            assert start <= tables.turn_day[(CID, ev.source_turn_ids[0])] <= end, key
-    assert "D4:8" in filtered.source_turn_ids  # the gold evidence (in June) is still found
+            assert start <= tables.turn_day[(asked.cid, ev.source_turn_ids[0])] <= end, key
+    assert asked.month.evidence_turn_id in filtered.source_turn_ids  # the gold evidence (in the month) is still found
     # the same plan with the window as one channel among four lets other times in
-    loose = retriever(store, embedder, "retrieval.time_routes=channel").retrieve(CID, plan, question, budget=4000)
+    loose = retriever(store, embedder, "retrieval.time_routes=channel").retrieve(asked.cid, plan, question, budget=4000)
     outside = [k for k, ev in loose.candidates.items() if ev.kind == "record" and not tables.in_window(k, start, end)]
     assert outside
 
 
-def test_a_window_holding_nothing_is_ignored_rather_than_emptying_every_channel(store, embedder):
-    plan = QueryPlan(routes=[route("Melanie camping", entities=["Melanie"], window=("1999-01-01", "1999-12-31"))])
-    result = retriever(store, embedder).retrieve(CID, plan, "Melanie camping in 1999?")
+def test_a_window_holding_nothing_is_ignored_rather_than_emptying_every_channel(store, embedder, asked):
+    plan = QueryPlan(routes=[route(asked.event.goal, entities=asked.event.entities, window=("1999-01-01", "1999-12-31"))])
+    result = retriever(store, embedder).retrieve(asked.cid, plan, f"{asked.month.bare.removesuffix('?')} in 1999?")
     assert result.selected and "r0:record_vector" in result.rankings and "r0:time" not in result.rankings
 
 
 # ---------------------------------------------------------------------------- fusion and selection
-def test_rrf_fuses_every_route_and_channel_with_the_configured_kappa(store, embedder):
+def test_rrf_fuses_every_route_and_channel_with_the_configured_kappa(store, embedder, asked):
     r = retriever(store, embedder, "retrieval.rrf_kappa=7")
-    plan = QueryPlan(routes=[CAMPING, route("Caroline adoption agencies", entities=["Caroline"], window=("2023-06-01", "2023-06-30"))])
-    rankings, _ = r.channel_rankings(CID, plan, embedder.encode([x.goal for x in plan.routes]))
+    plan = QueryPlan(routes=[asked.event, asked.second])
+    rankings, _ = r.channel_rankings(asked.cid, plan, embedder.encode([x.goal for x in plan.routes]))
     assert set(rankings) == {f"r{i}:{c}" for i in (0, 1) for c in ("record_vector", "node", "turn_vector", "turn_bm25")} | {"r1:time"}
     fused = r.fuse(rankings)
     want: dict[str, float] = {}
@@ -224,11 +291,10 @@ def test_rrf_fuses_every_route_and_channel_with_the_configured_kappa(store, embe
 
 
 @pytest.mark.parametrize("budget", [120, 500, 1500])
-def test_mmr_selection_fills_but_never_exceeds_the_token_budget(store, embedder, budget):
+def test_mmr_selection_fills_but_never_exceeds_the_token_budget(store, embedder, asked, budget):
     r = retriever(store, embedder)
-    question = "What did Melanie and her family do on their camping trips?"
-    plan = RulesPlanner().plan(question, QUESTION_DATE, ["Melanie", "Caroline"])
-    result = r.retrieve(CID, plan, question, budget=budget)
+    plan = RulesPlanner().plan(asked.broad, asked.date, asked.speakers)
+    result = r.retrieve(asked.cid, plan, asked.broad, budget=budget)
     assert result.selected and result.context_tokens <= budget
     for ev in result.selected:
         assert ev.tokens == count_tokens(ev.render())  # its line, newline included
@@ -240,15 +306,15 @@ def test_mmr_selection_fills_but_never_exceeds_the_token_budget(store, embedder,
     assert count_tokens(result.context_text) == result.context_tokens  # charged = sent
 
 
-def test_mmr_selection_is_mmr_over_the_fused_pool_and_changes_what_plain_top_k_takes(store, embedder):
+def test_mmr_selection_is_mmr_over_the_fused_pool_and_changes_what_plain_top_k_takes(store, embedder, asked):
     """Wiring on a real store: the retriever's MMR pick is exactly `mmr_select` over the fused
     scores, the evidence embeddings and token costs it reports (the algorithm's own diversity
     guarantees are pinned on planted near-duplicates in tests/test_fusion.py), and lambda
     matters: the diverse pick is not the plain relevance-ordered top-k."""
-    question = "What did Melanie and her family do on their camping trips?"
-    plan = RulesPlanner().plan(question, QUESTION_DATE, ["Melanie", "Caroline"])
-    plain = retriever(store, embedder, "retrieval.mmr_lambda=1.0").retrieve(CID, plan, question, budget=600)
-    mmr = retriever(store, embedder, "retrieval.mmr_lambda=0.5").retrieve(CID, plan, question, budget=600)
+    question = asked.broad
+    plan = RulesPlanner().plan(question, asked.date, asked.speakers)
+    plain = retriever(store, embedder, "retrieval.mmr_lambda=1.0").retrieve(asked.cid, plan, question, budget=600)
+    mmr = retriever(store, embedder, "retrieval.mmr_lambda=0.5").retrieve(asked.cid, plan, question, budget=600)
 
     items = [mmr.candidates[k] for k, _ in mmr.fused]
     rel = np.array([s for _, s in mmr.fused], dtype=np.float64)
@@ -261,7 +327,7 @@ def test_mmr_selection_is_mmr_over_the_fused_pool_and_changes_what_plain_top_k_t
     assert mmr.selected[0].key == plain.selected[0].key  # both start from the most relevant that fits
 
 
-def test_cross_encoder_rerank_reorders_the_fused_head_by_its_own_scores(store, embedder):
+def test_cross_encoder_rerank_reorders_the_fused_head_by_its_own_scores(store, embedder, asked):
     """A real CrossEncoder (MiniLM weights with a fresh, seeded score head: no reranker weights
     ship offline); the expected order comes from calling the model directly."""
     import torch
@@ -275,10 +341,10 @@ def test_cross_encoder_rerank_reorders_the_fused_head_by_its_own_scores(store, e
     cfg = local_config("retrieval.rerank.top_n=10").retrieval
     reranker = CrossEncoderReranker(cfg.rerank, model=model)
     r = Retriever(store, cfg, embedder.encode, reranker)
-    question = "What did Melanie and her family do on their camping trips?"
-    plan = RulesPlanner().plan(question, QUESTION_DATE, ["Melanie", "Caroline"])
-    result = r.retrieve(CID, plan, question, budget=800)
-    fused = r.fuse(r.channel_rankings(CID, plan, embedder.encode([question]))[0])
+    question = asked.broad
+    plan = RulesPlanner().plan(question, asked.date, asked.speakers)
+    result = r.retrieve(asked.cid, plan, question, budget=800)
+    fused = r.fuse(r.channel_rankings(asked.cid, plan, embedder.encode([question]))[0])
     head = [k for k, _ in fused[:10]]
     scores = model.predict([(question, result.candidates[k].text) for k in head])
     want = [head[i] for i in sorted(range(10), key=lambda i: (-scores[i], i))]

@@ -56,16 +56,16 @@ def make_conv(cid: str, seed: int, status: str = "ok", planted: str | None = Non
         src = [turns[r].turn_id] if r != 6 else [turns[8].turn_id, turns[9].turn_id]
         text = f"{cid} record {r} mentions {WORDS[(r + 5) % len(WORDS)]}"
         if planted and r == 4:
-            text = f"Caroline plans a trip to {planted} in August"
+            text = f"Ysolde plans a trip to {planted} in August"
         records.append(Record(
             conversation_id=cid, record_id=f"{cid}:r{r:02d}", segment_id=segments[min(r // 3, 2)].segment_id, type="fact",
-            text=text, entities=["Caroline"] if r % 2 == 0 else ["Melanie"], topics=[WORDS[r]],
+            text=text, entities=["Ysolde"] if r % 2 == 0 else ["Brannoc"], topics=[WORDS[r]],
             time_start=t0, time_end=t1, time_granularity="day" if t0 else "none", time_expression=None,
             source_turn_ids=src, backend="rules"))
     nodes = [
-        Node(node_id=f"{cid}:n:caroline", kind="entity", name="Caroline", n_records=4),
-        Node(node_id=f"{cid}:n:melanie", kind="entity", name="Melanie", n_records=4),
-        Node(node_id=f"{cid}:n:group", kind="topic", name="support group", n_records=2),
+        Node(node_id=f"{cid}:n:ysolde", kind="entity", name="Ysolde", n_records=4),
+        Node(node_id=f"{cid}:n:brannoc", kind="entity", name="Brannoc", n_records=4),
+        Node(node_id=f"{cid}:n:group", kind="topic", name="pottery club", n_records=2),
         Node(node_id=f"{cid}:n:2023-05", kind="time", name="2023-05", n_records=2),
     ]
     record_nodes = [(rec.record_id, nodes[0 if i % 2 == 0 else 1].node_id) for i, rec in enumerate(records)]
@@ -73,7 +73,7 @@ def make_conv(cid: str, seed: int, status: str = "ok", planted: str | None = Non
                      (records[0].record_id, nodes[3].node_id), (records[1].record_id, nodes[3].node_id)]
     conv = Conversation(
         conversation_id=cid, source="locomo", source_file="x.json", turns=turns,
-        questions=[Question(conversation_id=cid, question_id=f"{cid}:q0", question="Where is Caroline going?", answer="Zanzibar",
+        questions=[Question(conversation_id=cid, question_id=f"{cid}:q0", question="Where is Ysolde going?", answer="Quillmoor",
                             category="single_hop", evidence_turn_ids=[turns[7].turn_id], question_date="2023-07-01")],
         status=status, error="boom" if status == "error" else None,
         exchanges=[[2 * i, 2 * i + 1] for i in range(6)],
@@ -87,7 +87,7 @@ def make_conv(cid: str, seed: int, status: str = "ok", planted: str | None = Non
     return conv
 
 
-CONVS = {cid: make_conv(cid, seed, planted="zanzibar" if cid == "c1" else None)
+CONVS = {cid: make_conv(cid, seed, planted="quillmoor" if cid == "c1" else None)
          for seed, cid in enumerate(["c2", "c1", "c3"])}
 
 
