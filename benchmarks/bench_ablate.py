@@ -1,8 +1,9 @@
 """Wall time of the ablation grid against the sum of its variants run one by one (target <= 0.5).
 
-Both sides run in this one process, on the same subset of the bundled LoCoMo conversation
-(conv-30 cut to its first sessions, with the questions whose evidence lies in them), rules
-backend, the real MiniLM model:
+Both sides run in this one process, on the same generated conversation (lychee_ray.synth: one
+chit-chat conversation in LoCoMo's format, `--sessions` sessions of 18 turns, with its labelled
+questions; what is measured is shared work, which any conversation shows), rules backend, the
+real MiniLM model:
 
 - grid: one `run_ablation` over the variants, sharing the read, the turn embeddings, the
   segmentations, the builds and the evaluations;
@@ -21,7 +22,6 @@ Writes benchmarks/results/ablate.md (git-ignored) and returns its path.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
@@ -30,19 +30,19 @@ from pathlib import Path
 from lychee_ray.ablate.grid import load_grid
 from lychee_ray.ablate.runner import run_ablation
 from lychee_ray.plots import markdown_table
-from tests.support.locomo_cut import cut_locomo
+from lychee_ray.synth import SynthParams, write_archive
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "configs" / "ablations" / "locomo.yaml"
-DEMO = REPO / "data" / "demo" / "locomo_conv-30.json"
 RESULTS = REPO / "benchmarks" / "results"
+TURNS_PER_SESSION = 18  # about a LoCoMo session
 
 
-def cut_counts(path: Path) -> tuple[int, int]:
-    """(turns, questions) of a LoCoMo file."""
-    convs = json.loads(path.read_text())
-    turns = sum(len(v) for c in convs for k, v in c["conversation"].items() if isinstance(v, list))
-    return turns, sum(len(c["qa"]) for c in convs)
+def generated_input(out: Path, sessions: int) -> tuple[Path, int, int]:
+    """One generated chit-chat conversation in LoCoMo's format: (its file, turns, questions)."""
+    params = SynthParams(seed=0, conversations=1, sessions=sessions, turns_per_session=TURNS_PER_SESSION, style="chitchat", format="locomo")
+    written = write_archive(out, params).written
+    return out / "archive" / "locomo.json", written.turns, len(written.labels.questions)
 
 
 def parse_args(argv):
@@ -68,9 +68,7 @@ def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="lychee-bench-ablate-"))
     try:
-        data = work / "input.json"
-        cut_locomo(DEMO, data, conversations=1, sessions=args.sessions)
-        n_turns, n_questions = cut_counts(data)
+        data, n_turns, n_questions = generated_input(work / "input", args.sessions)
         spec = load_grid(SPEC)
         names = [v.name for v in spec.spec.variants if not v.window_matches]
         grid_s, result = timed_grid(names, data, work / "grid", args.questions)
@@ -86,7 +84,7 @@ def main(argv: list[str] | None = None) -> Path:
     lines = [
         "# Ablation grid: shared work against independent runs",
         "",
-        f"- Input: bundled LoCoMo conv-30 cut to {args.sessions} sessions ({n_turns} turns), {args.questions} questions per variant (of {n_questions}); rules backend; MiniLM on CPU, 1 torch thread.",
+        f"- Input: one generated chit-chat conversation in LoCoMo's format (lychee_ray.synth, seed 0), {args.sessions} sessions ({n_turns} turns), {args.questions} questions per variant (of {n_questions}); rules backend; MiniLM on CPU, 1 torch thread.",
         f"- Variants: {', '.join(names)} (window and references left out on both sides, see the module docstring).",
         f"- Grid work done vs. naive: embedding passes {w.embedding_passes}/{w.naive_embedding_passes}, segmentations {w.segmentations}/{w.naive_segmentations}, builds {w.builds}/{w.naive_builds}, evaluations {w.evaluations}/{w.naive_evaluations}.",
         "",

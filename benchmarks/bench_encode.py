@@ -19,9 +19,11 @@
     schema sent with each call (response_format) is counted apart: how a server bills it
     depends on the provider.
 
-Run: `.venv/bin/python -m benchmarks.bench_encode [--quick]` (writes
-benchmarks/results/bench_encode.md). --quick: 3 conversations cut to 4 sessions, L = 0.5 s
-(full: all 7, L = 2.0 s; --latency overrides). Ratios below 0.9 on a loaded machine mean CPU
+Run: `.venv/bin/python -m benchmarks.bench_encode [--quick] [--data LOCOMO_JSON]` (writes
+benchmarks/results/bench_encode.md). The input is the LoCoMo dev file of the shared data
+(`--data`, default ../shared/data/locomo/locomo_dev.json beside the clone; never in the
+repository). --quick: its first 3 conversations cut to 4 sessions, L = 0.5 s (full: all 7,
+L = 2.0 s; --latency overrides). Ratios below 0.9 on a loaded machine mean CPU
 starvation of the client or the fake server: check `uptime` before trusting them.
 """
 
@@ -48,12 +50,12 @@ RESULTS = REPO / "benchmarks" / "results"
 PAPER = {"LycheeMemory V2 (paper)": 204.1e3, "A-Mem (paper)": 1459.9e3, "Mem0 (paper)": 1520.8e3}
 
 
-def _input(quick: bool, tmp: Path) -> Path:
+def _input(src: Path, quick: bool, tmp: Path) -> Path:
     if not quick:
-        return LOCOMO
+        return src
     from tests.support.locomo_cut import cut_locomo
 
-    return cut_locomo(LOCOMO, tmp / "locomo_quick.json", conversations=3, sessions=4)
+    return cut_locomo(src, tmp / "locomo_quick.json", conversations=3, sessions=4)
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,16 +204,17 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_encode", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 conversations cut to 4 sessions (about a minute)")
     parser.add_argument("--latency", type=float, default=None, help="seconds per fake call (default 0.5 quick, 1.0 full)")
+    parser.add_argument("--data", type=Path, default=LOCOMO, help=f"LoCoMo JSON to measure (default {LOCOMO})")
     args = parser.parse_args(argv)
-    if not LOCOMO.is_file():  # benchmarks read the shared dev data; the test fixtures are too small to measure
-        raise SystemExit(f"bench_encode: the LoCoMo dev file {LOCOMO} is not there; this benchmark needs the shared data beside the clone")
+    if not args.data.is_file():  # the figures are set against the paper's, on LoCoMo itself
+        raise SystemExit(f"bench_encode: the LoCoMo file {args.data} is not there; pass --data with the LoCoMo dev file of the shared data.")
     # The latency must dwarf the per-call CPU cost (client ~10 ms + fake server ~8 ms per call,
     # paid serially by every conversation in flight on 2 cores), or the ratio measures CPU
     # starvation instead of scheduling. A real encode call is far slower than 2 s: ~1.8K
     # completion tokens at 30-100 tok/s per sequence is 18-60 s.
     latency, window = (args.latency or (0.5 if args.quick else 2.0)), 4
     with tempfile.TemporaryDirectory() as tmp:
-        path = _input(args.quick, Path(tmp))
+        path = _input(args.data, args.quick, Path(tmp))
         conc = bench_concurrency(path, latency, window)
         tok_rows, extra = bench_tokens(path)
     RESULTS.mkdir(parents=True, exist_ok=True)

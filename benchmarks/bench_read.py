@@ -2,10 +2,11 @@
 off) against several tasks (`read.split_bytes` set so the file is cut into that many ranges),
 side by side in one run (issue 13).
 
-The archive: synthetic chat conversations made from the LoCoMo fixture's sessions
-(`synth_archive.iter_archive` recombines whole sessions and shifts their dates), written as
-generic chat JSONL (`{conversation_id, turns: [{turn_id, session_id, speaker, text,
-timestamp}]}`, one conversation a line) until it reaches `--mb` megabytes, in a temp folder.
+The archive: generated conversations (lychee_ray.synth, `chat` format: generic chat JSONL, one
+conversation a line, chit-chat as `{conversation_id, title, turns: [...]}` and work
+conversations as OpenAI-style `messages`), repeated under new ids until the file reaches `--mb`
+megabytes, in a temp folder. What is measured is reading, so repeated text changes nothing; it
+saves generating hundreds of megabytes.
 
 A pass runs the job's read stage (`ingest.job.read_dataset`: plan on the driver, one newline
 count per range, the read tasks, then keep-first and turn grouping) and a task stage after it
@@ -25,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
 import tempfile
 import threading
@@ -34,38 +34,38 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks import write_markdown
-from benchmarks.synth_archive import iter_archive, parse_stamp, write_archive
+from benchmarks.synth_archive import write_archive
 from lychee_ray.config import load_config
+from lychee_ray.synth import SynthParams
+from lychee_ray.synth import write_archive as write_generated
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_CONFIG = REPO / "configs" / "local.yaml"
-FIXTURE = REPO / "tests" / "fixtures" / "locomo_fixture.json"
-_SESSION = re.compile(r"^session_(\d+)$")
+BASE_CONVERSATIONS = 100  # generated once (about 6 MiB), then repeated
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # --------------------------------------------------------------------------------------------
 # The archive
 # --------------------------------------------------------------------------------------------
-def as_chat(conv: dict) -> dict:
-    """One synthetic LoCoMo conversation as a generic chat object, every session's turns in order."""
-    body = conv["conversation"]
-    turns = []
-    for key in sorted((k for k in body if _SESSION.match(k)), key=lambda k: int(_SESSION.match(k).group(1))):
-        stamp = parse_stamp(body[f"{key}_date_time"]).isoformat()
-        turns += [{"turn_id": t["dia_id"], "session_id": key, "speaker": t["speaker"], "text": t["text"], "timestamp": stamp} for t in body[key]]
-    return {"conversation_id": conv["sample_id"], "turns": turns}
+def generated_chats(out: Path) -> list[dict]:
+    """BASE_CONVERSATIONS generated conversations (chit-chat and work alternating), as chat objects."""
+    write_generated(out, SynthParams(seed=0, conversations=BASE_CONVERSATIONS, format="chat"))
+    return [json.loads(line) for line in (out / "archive" / "conversations.jsonl").read_text().splitlines()]
 
 
-def sized(target_bytes: int) -> Iterator[dict]:
-    """Chat conversations until their JSON Lines reach `target_bytes`."""
-    total = 0
-    for conv in iter_archive(FIXTURE, 10**9, seed=0):
-        chat = as_chat(conv)
-        yield chat
-        total += len(json.dumps(chat, ensure_ascii=False).encode()) + 1
-        if total >= target_bytes:
-            return
+def sized(base: list[dict], target_bytes: int) -> Iterator[dict]:
+    """The base conversations, round after round under new ids (`<id>-r<round>`), until their
+    JSON Lines reach `target_bytes`."""
+    total, round_ = 0, 0
+    while True:
+        for conv in base:
+            chat = {**conv, "conversation_id": f"{conv['conversation_id']}-r{round_}"}
+            yield chat
+            total += len(json.dumps(chat, ensure_ascii=False).encode()) + 1
+            if total >= target_bytes:
+                return
+        round_ += 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def render(runs: list[dict], size: int, args, cpus: int) -> list[str]:
         "",
         f"Command: `python -m benchmarks.bench_read --mb {args.mb:g} --tasks {args.tasks} --repeats {args.repeats}`; "
         f"{os.cpu_count()} CPUs on this machine, Ray started with {cpus}. Archive: {size / 2**20:.1f} MiB, "
-        f"{runs[0]['conversations']} chat conversations, {runs[0]['turns']} turns (LoCoMo fixture sessions, synthetic).",
+        f"{runs[0]['conversations']} chat conversations, {runs[0]['turns']} turns (generated: lychee_ray.synth, {BASE_CONVERSATIONS} conversations repeated under new ids).",
         "",
         f"**Ratio (mean seconds, 1 task / {many[0]['tasks']} tasks): {ratio:.2f}x.** "
         f"Every pass read the same conversations and turns: {'yes' if same else 'NO'}.",
@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> Path:
         args.mb, args.repeats = 10.0, 1
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory(prefix="bench_read_") as tmp:
-        path = Path(tmp) / "archive.jsonl"
-        write_archive(sized(int(args.mb * 2**20)), path)
+        path = Path(tmp) / "input" / "archive.jsonl"
+        write_archive(sized(generated_chats(Path(tmp) / "generated"), int(args.mb * 2**20)), path)
         size = path.stat().st_size
         with open(path, "rb") as fh:  # the page cache holds the file for every pass alike
             while fh.read(1 << 24):

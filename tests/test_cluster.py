@@ -2,8 +2,9 @@
 
 Issue 2: `jobs/ingest.py` submitted to a single `ray start --head`. Issue 6: a second node joins
 with `ray start --address` and resources of its own, then `jobs/ingest.py` and `jobs/evaluate.py`
-run over a synthetic archive of 200 (short) conversations with the rules backend, and every
-table's row count is checked against the input. The cluster uses free ports and its own temp
+run over a generated archive of 200 short conversations (tests/support/generated.py: chit-chat,
+one session of 6 turns each) with the rules backend, and every table's row count is checked
+against the generator's labels. The cluster uses free ports and its own temp
 dir, and only its own processes are stopped (tests/support/ray_cluster.py), because other Ray
 instances may share the machine.
 """
@@ -11,14 +12,15 @@ instances may share the machine.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import duckdb
 import pytest
 
-from benchmarks.short_archive import write_short_archive
 from lychee_ray.store.reader import open_store
 
-from .conftest import LOCOMO_PATH, REPO
+from .conftest import REPO
+from .support.generated import generate
 from .support.ray_cluster import LocalRayCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
@@ -53,6 +55,14 @@ def counts(store_dir: str) -> dict[str, int]:
     return {t: store.con.execute(f"select count(*) from {t}").fetchall()[0][0] for t in tables}  # fixed names
 
 
+def short_archive(out: Path, n: int) -> tuple[Path, dict[str, int]]:
+    """n generated chit-chat conversations of one 6-turn session (LoCoMo's format, questions
+    inside), and the counts a store built from it must hold."""
+    generated = generate(out, "locomo", conversations=n, sessions=1, turns_per_session=6, style="chitchat")
+    turns = sum(c["turns"] for c in generated.labels["conversations"])
+    return generated.archive, {"conversations": n, "turns": turns, "questions": len(generated.questions)}
+
+
 def summary_line(stdout: str, label: str) -> str:
     return next(line for line in stdout.splitlines() if line.strip().startswith(label))
 
@@ -69,8 +79,7 @@ def test_job_runs_the_uploaded_working_dir(cluster):
 
 def test_ingest_job_on_a_single_head_node(cluster, tmp_path):
     """Issue 2: `ray job submit -- python jobs/ingest.py` against one `ray start --head`."""
-    archive = tmp_path / "synth_20.jsonl"
-    expected = write_short_archive(LOCOMO_PATH, archive, n=20, seed=1)
+    archive, expected = short_archive(tmp_path / "generated", 20)
     store = tmp_path / "store"
     out = cluster.submit(["python", "jobs/ingest.py", *JOB_CONFIG, "--input", str(archive), "--out", str(store)],
                          working_dir=str(REPO)).stdout
@@ -87,8 +96,7 @@ def test_two_node_ingest_then_evaluate(two_nodes, tmp_path):
     nodes = cluster.alive_nodes()
     assert len(nodes) == 2 and sum(WORKER_RESOURCE in n["Resources"] for n in nodes) == 1
 
-    archive = tmp_path / "synth_200.jsonl"
-    expected = write_short_archive(LOCOMO_PATH, archive, n=200, seed=0)
+    archive, expected = short_archive(tmp_path / "generated", 200)
     store, eval_out = tmp_path / "store", tmp_path / "eval"
     # Two embedding actors (one CPU each) and the other stages cannot all fit on one 2-CPU node,
     # so the pipeline has to use both nodes.

@@ -1,7 +1,7 @@
 """`embedding.backend: openai` against the fake server's `/v1/embeddings`
 (tests/support/fake_openai.py): vectors, batching and order, usage, retries, the dim check,
 errors that name the endpoint and never the key, the config rules, and one ingest + Memory
-search end to end on a cut of the LoCoMo fixture.
+search end to end on a generated LoCoMo-format archive (tests/support/generated.py).
 
 The fake's vectors are `embedding_for(text)` (seeded per word, not unit length) and its replies
 list them in reverse order, so a client that skipped normalization or placed rows by position
@@ -22,9 +22,9 @@ from lychee_ray.config import load_config
 from lychee_ray.config_sections import ConfigError, EmbeddingConfig
 from lychee_ray.embedding import Embedder, EmbeddingError
 from tests.support.fake_openai import embedding_for
-from tests.support.locomo_cut import cut_locomo
+from tests.support.generated import generate
 
-from .conftest import LOCOMO_PATH, REPO
+from .conftest import REPO
 
 TEXTS = ["I adopted a puppy.", "We went hiking.", "I adopted a puppy.", "The meeting moved to Friday."]
 
@@ -188,7 +188,8 @@ def test_ingest_and_memory_search_embed_over_http(fake_openai, ray_local, tmp_pa
     from lychee_ray import Memory
     from lychee_ray.ingest.job import run_ingest
 
-    src = cut_locomo(LOCOMO_PATH, tmp_path / "cut.json", conversations=2, sessions=2)
+    generated = generate(tmp_path / "generated", "locomo", conversations=2, sessions=2)
+    src = generated.archive
     cfg = load_config(REPO / "configs" / "local.yaml", [
         "ray.progress_bars=false", "embedding.backend=openai", "embedding.model=fake-embed",
         f"embedding.base_url={fake_openai.base_url}", "embedding.batch_size=32", "embedding.max_retries=3",
@@ -209,6 +210,7 @@ def test_ingest_and_memory_search_embed_over_http(fake_openai, ray_local, tmp_pa
     n_before = len(fake_openai.requests)
     with Memory.open(tmp_path / "store", cfg) as memory:
         cid = memory.conversations()[0]
-        items = memory.search(cid, "What did Caroline go to?")
+        question = generated.asked("single_hop", cid)[0]
+        items = memory.search(cid, question["question"])
     assert items, "no evidence found"
     assert len(fake_openai.requests) > n_before  # the question was embedded over HTTP too

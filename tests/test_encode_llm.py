@@ -1,8 +1,9 @@
 """The segment encoder on the `openai` backend against the fake OpenAI-compatible server.
 
-Real parts: the LoCoMo reader (on the first 2 sessions of the 3 fixture conversations), the MiniLM embedder, the online segmenter, the EncodeStage with
-its LLMClient over HTTP, and (in the last test) the whole Ray ingest writing Parquet read back
-through DuckDB. Only the model is fake, and it is honest: each reply restates the prompt's
+Real parts: the LoCoMo reader (on a generated LoCoMo-format archive of 3 conversations, chit-chat
+and work, 2 sessions each: tests/support/generated.py), the MiniLM embedder, the online
+segmenter, the EncodeStage with its LLMClient over HTTP, and (in the last test) the whole Ray
+ingest writing Parquet read back through DuckDB. Only the model is fake, and it is honest: each reply restates the prompt's
 turns as schema-valid records (tests/support/fake_openai.py), so what is checked is what the
 pipeline carries, never what the server knows.
 
@@ -24,9 +25,9 @@ from lychee_ray.ingest.encode import EncodeStage
 from lychee_ray.ingest.segment import SegmentStage
 from lychee_ray.io.readers.files import read_file
 from lychee_ray.llm.prompts import render_turns
-from tests.support.locomo_cut import cut_locomo
+from tests.support.generated import generate
 
-from .conftest import LOCOMO_PATH, REPO
+from .conftest import REPO
 
 FIRST_SEGMENT_CONTEXT = "(none: this is the first segment)"
 
@@ -53,7 +54,10 @@ def llm_cfg(server, *overrides):
 
 @pytest.fixture(scope="module")
 def cut_file(tmp_path_factory):
-    return cut_locomo(LOCOMO_PATH, tmp_path_factory.mktemp("cut") / "locomo_cut.json", conversations=3, sessions=2)
+    """A LoCoMo-format file of 3 generated conversations (chit-chat, work, chit-chat), 2 sessions
+    of 20 turns each (about a LoCoMo session). The work one's long replies fill segments to the
+    token cap, so it has the most segments (6): the fault-schedule tests take it."""
+    return generate(tmp_path_factory.mktemp("cut"), "locomo", conversations=3, sessions=2, turns_per_session=20).archive / "locomo.json"
 
 
 @pytest.fixture(scope="module")
@@ -172,13 +176,14 @@ def test_scheduled_faults_end_encoded_or_degraded_and_the_chain_goes_on(segmente
     (out,) = encode([conv], llm_cfg(fake_openai))
     degraded_segments = {r.segment_id for r in out.records if r.degraded}
     assert degraded_segments == {"seg-00002", "seg-00003"}
+    after_schedule = len(out.segments) - 5  # segments after the schedule: answered at the first call
     for seg in out.segments:
         recs = [r for r in out.records if r.segment_id == seg.segment_id]
         assert recs, f"{seg.segment_id} has no records"
         expect_degraded = seg.segment_id in degraded_segments
         assert all(r.degraded == expect_degraded for r in recs)
         assert {r.backend for r in recs} == {"rules" if expect_degraded else "fake-model"}
-    assert (out.stats.llm_calls, out.stats.llm_failures, out.stats.degraded_segments) == (7, 2, 2)
+    assert (out.stats.llm_calls, out.stats.llm_failures, out.stats.degraded_segments) == (7 + after_schedule, 2, 2)
     assert out.status == "degraded" and "2 of" in out.error
     assert_every_turn_in_one_segment(out)
     assert_build_stats_match_server([out], fake_openai)

@@ -1,12 +1,12 @@
 """The ingest job end to end on a real local Ray, the real MiniLM model and DuckDB over the
-Parquet it writes: the LoCoMo fixture (tests/fixtures/locomo_fixture.json) with the rules
-backend, bad input, and kill -9 + resume."""
+Parquet it writes: the session's generated archive (tests/support/generated.py: LoCoMo's
+format, chit-chat and work conversations) with the rules backend, bad input, and kill -9 + resume."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
+import shutil
 import subprocess
 import sys
 import time
@@ -19,21 +19,13 @@ from lychee_ray.config import load_config
 from lychee_ray.ingest.job import run_ingest
 from lychee_ray.store.reader import open_store
 
-from .conftest import LOCOMO_PATH, REPO
+from .conftest import REPO
+from .support.generated import generate
 from .support.kill import kill_session
 
+pytest_plugins = ("tests.support.generated",)  # the session's generated archive and its store
+
 LOCAL = REPO / "configs" / "local.yaml"
-
-
-def fixture_counts() -> tuple[int, int, int]:
-    """(conversations, turns, questions) of the LoCoMo fixture, counted from its JSON."""
-    raw = json.loads(LOCOMO_PATH.read_text())
-    turns = sum(len(v) for s in raw for k, v in s["conversation"].items() if re.fullmatch(r"session_\d+", k))
-    return len(raw), turns, sum(len(s["qa"]) for s in raw)
-
-
-# conv-26, conv-30, conv-41 cut to 6, 5 and 5 sessions (tests/fixtures/README.md)
-N_CONVERSATIONS, N_TURNS, N_QUESTIONS = 3, 311, 120
 
 
 def local_cfg(*overrides):
@@ -41,26 +33,28 @@ def local_cfg(*overrides):
 
 
 @pytest.fixture(scope="module")
-def locomo_store(tmp_path_factory, ray_local):
-    out = tmp_path_factory.mktemp("locomo_store")
-    summary = run_ingest(local_cfg(), str(LOCOMO_PATH), str(out))
-    return out, summary
+def counts(generated_locomo) -> tuple[int, int, int]:
+    """(conversations, turns, questions) the generator wrote, from its labels."""
+    labels = generated_locomo.labels["conversations"]
+    return len(labels), sum(c["turns"] for c in labels), len(generated_locomo.questions)
 
 
-def test_every_input_turn_is_in_turns_and_in_exactly_one_segment(locomo_store):
-    out, summary = locomo_store
-    assert fixture_counts() == (N_CONVERSATIONS, N_TURNS, N_QUESTIONS)
-    assert summary.by_status == {"ok": N_CONVERSATIONS} and summary.turns == N_TURNS
+def test_every_input_turn_is_in_turns_and_in_exactly_one_segment(synth_store_dir, generated_locomo, counts):
+    out = synth_store_dir
+    n_conversations, n_turns, _ = counts
+    raw = json.loads((generated_locomo.archive / "locomo.json").read_text())
+    assert len(raw) == n_conversations and sum(len(v) for s in raw for k, v in s["conversation"].items() if isinstance(v, list)) == n_turns
     n = duckdb.sql(f"select count(*) from read_parquet('{out}/turns/**/*.parquet')").fetchall()[0][0]
-    assert n == N_TURNS
+    assert n == n_turns
     con = open_store(str(out)).con
+    assert con.execute("select count(*), sum(n_turns) from conversations where status = 'ok'").fetchone() == (n_conversations, n_turns)
     # each turn id listed in exactly one segment, and that segment is the turn's segment_id
     dup = con.execute(
         "select count(*) from (select conversation_id, t, count(*) c from (select conversation_id, unnest(turn_ids) t from segments) group by 1, 2 having c != 1)"
     ).fetchone()[0]
     assert dup == 0
     covered = con.execute("select count(*) from (select conversation_id, unnest(turn_ids) t from segments)").fetchone()[0]
-    assert covered == N_TURNS
+    assert covered == n_turns
     mismatch = con.execute(
         """select count(*) from turns t join (select conversation_id, segment_id, unnest(turn_ids) turn_id from segments) s
            using (conversation_id, turn_id) where t.segment_id != s.segment_id"""
@@ -68,9 +62,8 @@ def test_every_input_turn_is_in_turns_and_in_exactly_one_segment(locomo_store):
     assert mismatch == 0
 
 
-def test_segments_are_near_the_papers_length_without_fragmentation(locomo_store):
-    out, _ = locomo_store
-    con = open_store(str(out)).con
+def test_segments_are_near_the_papers_length_without_fragmentation(synth_store_dir):
+    con = open_store(str(synth_store_dir)).con
     mean, singles, n = con.execute(
         "select avg(n_exchanges), avg(case when n_exchanges = 1 then 1.0 else 0 end), count(*) from segments"
     ).fetchone()
@@ -80,9 +73,9 @@ def test_segments_are_near_the_papers_length_without_fragmentation(locomo_store)
     assert con.execute("select max(n_tokens) from segments").fetchone()[0] <= 2 * 1024
 
 
-def test_records_cite_real_turns_and_carry_embeddings(locomo_store):
-    out, _ = locomo_store
-    con = open_store(str(out)).con
+def test_records_cite_real_turns_and_carry_embeddings(synth_store_dir, counts):
+    n_conversations, _, n_questions = counts
+    con = open_store(str(synth_store_dir)).con
     orphans = con.execute(
         """select count(*) from (select conversation_id, unnest(source_turn_ids) turn_id from records) r
            anti join turns t using (conversation_id, turn_id)"""
@@ -94,15 +87,16 @@ def test_records_cite_real_turns_and_carry_embeddings(locomo_store):
     assert set(kinds) == {"entity", "topic", "entity_topic", "time", "event_frame"}
     # build_stats: one row per conversation, rules = no LLM calls but estimated tokens
     stats = con.execute("select count(*), sum(llm_calls), min(encode_units), min(est_prompt_tokens) from build_stats").fetchone()
-    assert stats[0] == N_CONVERSATIONS and stats[1] == 0 and stats[2] > 0 and stats[3] > 0
-    assert con.execute("select count(*) from questions").fetchone()[0] == N_QUESTIONS
+    assert stats[0] == n_conversations and stats[1] == 0 and stats[2] > 0 and stats[3] > 0
+    assert con.execute("select count(*) from questions").fetchone()[0] == n_questions
 
 
-def test_rerun_skips_complete_conversations(locomo_store, ray_local):
-    out, _ = locomo_store
+def test_rerun_skips_complete_conversations(synth_store_dir, generated_locomo, counts, ray_local, tmp_path):
+    out = tmp_path / "store"
+    shutil.copytree(synth_store_dir, out)  # the session's store stays as it was built
     before = open_store(str(out)).con.execute("select count(*) from records").fetchone()[0]
-    again = run_ingest(local_cfg(), str(LOCOMO_PATH), str(out))
-    assert again.resumed == N_CONVERSATIONS and again.conversations == 0
+    again = run_ingest(local_cfg(), str(generated_locomo.archive), str(out))
+    assert again.resumed == counts[0] and again.conversations == 0
     assert open_store(str(out)).con.execute("select count(*) from records").fetchone()[0] == before
 
 
@@ -140,15 +134,14 @@ def test_kill_minus_9_then_resume_gives_complete_duplicate_free_tables(tmp_path,
     """A driver killed mid-run, rerun: complete tables, no duplicate rows, the same record ids as
     a run that was never interrupted.
 
-    The input is 8 conversations recombined from the fixture's sessions (benchmarks.synth_archive),
-    one file each. A local run commits its conversations in one burst near its end, 0.05-0.1 s
-    apart when they are this short (measured on the fixture's 3: all committed within 0.17 s), so
-    3 conversations leave too small a window to kill the driver between two commits."""
-    from benchmarks.synth_archive import make_archive
-
+    The input is 8 generated conversations (LoCoMo's format, 3 sessions each), one file each. A
+    local run commits its conversations in one burst near its end, 0.05-0.1 s apart when they are
+    this short (measured on 3 short conversations: all committed within 0.17 s), so 3
+    conversations leave too small a window to kill the driver between two commits."""
     inp = tmp_path / "in"
     inp.mkdir()
-    convs = make_archive(LOCOMO_PATH, 8, seed=0, sessions_per_conversation=(2, 4))
+    generated = generate(tmp_path / "generated", "locomo", conversations=8, sessions=3)
+    convs = json.loads((generated.archive / "locomo.json").read_text())
     assert len({c["sample_id"] for c in convs}) == 8
     for conv in convs:
         (inp / f"{conv['sample_id']}.json").write_text(json.dumps([conv]))

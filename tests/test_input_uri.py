@@ -18,6 +18,7 @@ import gzip
 import json
 import os
 import pickle
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -34,9 +35,8 @@ from lychee_ray.io.readers.files import iter_conversations, list_input_files
 from lychee_ray.io.readers.plan import plan_parts
 from lychee_ray.tables import MANIFEST, STORE_FORMAT
 
-from .conftest import FIXTURES, LOCOMO_PATH
-from .support.locomo_cut import cut_locomo
-from .support.locomo_store import local_config
+from .conftest import FIXTURES
+from .support.generated import generate, local_config
 from .support.s3 import bucket_uri, moto_bucket
 
 BUCKET = "lychee"
@@ -73,13 +73,15 @@ def jsonl(rows) -> str:
 
 
 def mixed_folder(root: Path) -> Path:
-    """Every input format at once: the hand-made chat-export fixtures, a LoCoMo cut, a chat JSONL
-    with a broken line and a duplicate id (large enough to be split when split_bytes is small),
-    a conversation as turn rows over a JSONL and a Parquet file, and a gzip JSONL."""
+    """Every input format at once: the hand-made chat-export fixtures, a generated LoCoMo file (one
+    conversation of one session), a chat JSONL with a broken line and a duplicate id (large
+    enough to be split when split_bytes is small), a conversation as turn rows over a JSONL and a
+    Parquet file, and a gzip JSONL."""
     (root / "exports").mkdir(parents=True)
     for name in ("sharegpt.json", "openai_chat.jsonl", "chatgpt_conversations.json"):
         (root / "exports" / name).write_bytes((FIXTURES / "formats" / name).read_bytes())
-    cut_locomo(LOCOMO_PATH, root / "locomo_cut.json", conversations=1, sessions=1)
+    generated = generate(root.parent / f"{root.name}-generated", "locomo", conversations=1, sessions=1)
+    shutil.copy(generated.archive / "locomo.json", root / "locomo.json")
     (root / "chats").mkdir()
     lines = [chat(f"c{i}", 2, f"chat number {i} says") for i in range(12)]
     lines.insert(5, '{"conversation_id": "broken", "turns": [')
@@ -109,8 +111,8 @@ def test_listing_a_bucket_keeps_the_query_and_skips_stores_and_the_output(s3, tm
     assert files == sorted(files) and [uri(endpoint, f"list/in/{name}") for name in local] == files
     assert all(f.size and f.size > 0 for f in files)  # sizes come from the listing
     # a single object as the input
-    (one,) = list_input_files(uri(endpoint, "list/in/locomo_cut.json"))
-    assert one == uri(endpoint, "list/in/locomo_cut.json")
+    (one,) = list_input_files(uri(endpoint, "list/in/locomo.json"))
+    assert one == uri(endpoint, "list/in/locomo.json")
 
 
 def test_a_missing_bucket_prefix_is_one_sentence_without_credentials(s3):
@@ -182,7 +184,8 @@ def test_an_ingest_from_s3_gives_the_store_of_an_ingest_from_disk(s3, tmp_path, 
     local_rows, remote_rows = store_rows(str(tmp_path / "store"), roots), store_rows(uri(endpoint, "ingest/store"), roots)
     for table in TABLES:
         assert remote_rows[table] == local_rows[table], table
-    assert {"tr", "gz", "c3", "conv-26"} <= {r[0] for r in remote_rows["conversations"]}
+    (locomo,) = json.loads((root / "locomo.json").read_text())
+    assert {"tr", "gz", "c3", locomo["sample_id"]} <= {r[0] for r in remote_rows["conversations"]}
     # the second c3 (line 14 of a file read in ranges) is named at its line, against line 4
     (dup,) = [r for r in remote_rows["errors"] if r[4] == "duplicate_id"]
     assert dup[1:4] == ("<in>/chats/day1.jsonl", 14, "conversation_id") and "already appeared at line 4" in dup[5]

@@ -1,5 +1,6 @@
-"""LongMemEval end to end on the LLM path: Ray ingest of the fixture instance (encoded by the
-fake OpenAI server), then plan, answer and judge. No label of the benchmark reaches a model:
+"""LongMemEval end to end on the LLM path: Ray ingest of a generated LongMemEval instance whose
+sessions are named the way LongMemEval names them (tests/support/generated_lme.py), encoded by
+the fake OpenAI server, then plan, answer and judge. No label of the benchmark reaches a model:
 the evidence sessions are named answer_<hash>_<n> in LongMemEval, and neither a stored id nor any
 prompt sent may carry such a name. The judge reads LongMemEval's own prompt."""
 
@@ -14,24 +15,27 @@ from lychee_ray.evaluate.job import run_evaluate
 from lychee_ray.ingest.job import run_ingest
 from lychee_ray.store.reader import open_store
 
-from .conftest import LME_PATH, REPO
-
-LABEL_MARKERS = ("answer_", "sharegpt_", "ultrachat_")
+from .conftest import REPO
+from .support.generated_lme import LABEL_MARKERS, labelled_instance
 
 
 def test_no_session_label_reaches_a_prompt_or_an_id_and_the_judge_reads_the_longmemeval_prompt(fake_openai, tmp_path, ray_local):
+    lme = labelled_instance(tmp_path / "input")
+    labels = set(lme.instance["haystack_session_ids"])
+    assert any(s.startswith("answer_") for s in labels) and any(s.startswith("sharegpt_") for s in labels)
     overrides = ["ray.progress_bars=false", "llm.backend=openai", f"llm.base_url={fake_openai.base_url}", "llm.model=fake-model", "evaluate.judge=true"]
     cfg = load_config(REPO / "configs" / "local.yaml", overrides)
     store = tmp_path / "store"
-    run_ingest(cfg, str(LME_PATH), str(store))
+    run_ingest(cfg, str(lme.path), str(store))
     run_evaluate(cfg, str(store), str(tmp_path / "eval"))
 
     con = open_store(str(store)).con
     ids = con.execute("select turn_id, session_id, segment_id, source_session_id from turns").fetchall()
-    assert len({r[0].split("#")[0] for r in ids}) == 24  # long turns are split into parts (#p2, ...)
+    n_turns = sum(len(s) for s in lme.instance["haystack_sessions"])
+    assert len({r[0].split("#")[0] for r in ids}) == n_turns  # long turns are split into parts (#p2, ...)
     for turn_id, session_id, segment_id, _ in ids:
         assert not any(m in f"{turn_id} {session_id} {segment_id}" for m in LABEL_MARKERS)
-    assert {r[3] for r in ids} == {"answer_a25d4a91_1", "answer_a25d4a91_2"}  # kept for audit only
+    assert {r[3] for r in ids} == labels  # kept for audit only
     record_ids = [r[0] for r in con.execute("select record_id from records").fetchall()]
     assert record_ids and not any(m in r for r in record_ids for m in LABEL_MARKERS)
 

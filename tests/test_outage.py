@@ -3,8 +3,8 @@ sending, the conversations it touched are `pending` with nothing of them committ
 degraded, the run exits non-zero with one sentence naming the endpoint and the count, and the
 next run against a live endpoint completes them.
 
-Real parts: the LoCoMo reader (a cut of the fixture), MiniLM, the segmenter, the encoder over
-HTTP, a local Ray and the store read back through DuckDB. The endpoint is the fake server with
+Real parts: the LoCoMo reader (on the generated archive of test_encode_llm.cut_file), MiniLM,
+the segmenter, the encoder over HTTP, a local Ray and the store read back through DuckDB. The endpoint is the fake server with
 its outage fault: after N requests it closes connections without a reply, or stops listening.
 """
 
@@ -56,7 +56,7 @@ def test_an_outage_inside_a_conversation_leaves_it_pending_with_nothing_kept(seg
     assert not [e for e in rows["errors"] if e["kind"] == "llm_failure"]  # seg 1's degradation is not kept
     (row,) = rows["conversations"]
     assert (row["status"], row["n_segments"], row["n_records"], row["n_turns"]) == ("pending", 0, 0, len(out.turns))
-    assert turns_in(out) == len(out.turns)  # the LoCoMo cut drops no turn: its turns are all counted in
+    assert turns_in(out) == len(out.turns)  # the generated file drops no turn: its turns are all counted in
 
 
 def test_a_transient_failure_that_opens_no_breaker_still_degrades(segmented, fake_openai):

@@ -1,8 +1,15 @@
 """Readers: every source format, exchanges, and every kind of bad input (named, recorded, never
-losing the rest)."""
+losing the rest).
+
+LoCoMo and LongMemEval are read from generated archives (tests/support/generated.py), checked
+against the generator's labels, and LoCoMo's quirks (image captions, int answers, malformed
+evidence ids, an adversarial answer, a session date with no session) from a hand-made file of
+invented text (tests/fixtures/locomo_quirks.json).
+"""
 
 import json
 import re
+from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,9 +20,16 @@ from lychee_ray.io.exchanges import group_exchanges
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.io.readers.files import list_input_files, read_file
 from lychee_ray.io.readers.locomo import normalize_evidence
+from lychee_ray.schemas import LOCOMO_CATEGORIES
+from lychee_ray.synth.formats import LOCOMO_CATEGORY
 from lychee_ray.tables import Turn
 
-from .conftest import LME_PATH, LOCOMO_PATH
+from .conftest import FIXTURES
+from .support.generated_lme import LABEL_MARKERS, labelled_instance
+
+pytest_plugins = ("tests.support.generated",)  # the session's generated archive (one per run)
+
+QUIRKS = FIXTURES / "locomo_quirks.json"
 
 
 def read_all(path, **cfg):
@@ -28,25 +42,40 @@ def raw_locomo_turns(sample: dict) -> list[dict]:
     return [t for k, v in body.items() if re.fullmatch(r"session_\d+", k) for t in v]
 
 
-def test_locomo_reader_keeps_every_turn_and_question():
-    raw = json.loads(LOCOMO_PATH.read_text())
-    convs = read_all(LOCOMO_PATH)
-    assert [c.conversation_id for c in convs] == [s["sample_id"] for s in raw] == ["conv-26", "conv-30", "conv-41"]
-    # the fixture's counts (tests/fixtures/README.md), counted here from the JSON itself
+def locomo_stamp(raw: str) -> str:
+    """"4:10 pm on 16 March, 2023" -> ISO, parsed here independently of the package's parser."""
+    return datetime.strptime(raw, "%I:%M %p on %d %B, %Y").isoformat()
+
+
+def lme_stamp(raw: str) -> str:
+    """"2023/12/21 (Thu) 15:04" -> ISO."""
+    return datetime.strptime(raw, "%Y/%m/%d (%a) %H:%M").isoformat()
+
+
+@pytest.fixture(scope="module")
+def locomo_file(generated_locomo):
+    return generated_locomo.archive / "locomo.json"
+
+
+def test_locomo_reader_keeps_every_turn_and_question(generated_locomo, locomo_file):
+    raw = json.loads(locomo_file.read_text())
+    convs = read_all(locomo_file)
+    assert [c.conversation_id for c in convs] == [s["sample_id"] for s in raw] == generated_locomo.conversation_ids()
+    # the counts of the generator's labels, counted here from the JSON too
     n_turns, n_questions = sum(len(raw_locomo_turns(s)) for s in raw), sum(len(s["qa"]) for s in raw)
-    assert (n_turns, n_questions) == (311, 120)
+    assert (n_turns, n_questions) == (sum(c["turns"] for c in generated_locomo.labels["conversations"]), len(generated_locomo.questions))
     assert [len(c.turns) for c in convs] == [len(raw_locomo_turns(s)) for s in raw]
     assert [len(c.questions) for c in convs] == [len(s["qa"]) for s in raw]
-    c26 = convs[0]
-    assert c26.turns[2].turn_id == "D1:3" and c26.turns[2].speaker == "Caroline"
-    assert c26.turns[0].timestamp == "2023-05-08T13:56:00"
-    # image captions are kept as text
-    assert any("[image:" in t.text for t in c26.turns)
-    q = c26.questions[0]
-    assert q.category == "temporal" and q.evidence_turn_ids == ["D1:3"] and q.answer == "7 May 2023"
-    # int answers in conv-26 (2022 is in the fixture) are cast to str
-    assert any(isinstance(q.get("answer"), int) for q in raw[0]["qa"])
-    assert all(isinstance(q.answer, str) for q in c26.questions)
+    for conv, sample in zip(convs, raw):
+        body = sample["conversation"]
+        assert [(t.turn_id, t.speaker, t.text) for t in conv.turns] == [(t["dia_id"], t["speaker"], t["text"]) for t in raw_locomo_turns(sample)]
+        assert conv.turns[0].timestamp == locomo_stamp(body["session_1_date_time"])
+        assert {t.session_id for t in conv.turns} == {k for k in body if re.fullmatch(r"session_\d+", k)}
+        # every question keeps its evidence, answer and category (LoCoMo's number, as named by the reader)
+        labelled = [q for q in generated_locomo.questions if q["conversation_id"] == conv.conversation_id]
+        assert [(q.question, q.answer, q.evidence_turn_ids) for q in conv.questions] == [
+            (q["question"], q["answer"], q["evidence_turn_ids"]) for q in labelled]
+        assert [q.category for q in conv.questions] == [LOCOMO_CATEGORIES[LOCOMO_CATEGORY[q["category"]]] for q in labelled]
     # exchanges: every turn in exactly one exchange, in order, never across sessions
     for c in convs:
         flat = [i for ex in c.exchanges for i in ex]
@@ -54,25 +83,56 @@ def test_locomo_reader_keeps_every_turn_and_question():
         assert all(len({c.turns[i].session_id for i in ex}) == 1 for ex in c.exchanges)
 
 
-def test_locomo_pair_rule_halves_the_units_and_turn_rule_keeps_them():
-    pair = read_all(LOCOMO_PATH, locomo_exchange="pair")[0]
-    turn = read_all(LOCOMO_PATH, locomo_exchange="turn")[0]
-    n_turns = len(raw_locomo_turns(json.loads(LOCOMO_PATH.read_text())[0]))
-    assert len(turn.exchanges) == len(turn.turns) == n_turns == 108  # conv-26's first 6 sessions
+def test_locomo_quirks_captions_int_answers_malformed_evidence_and_dateless_sessions():
+    (raw,) = json.loads(QUIRKS.read_text())
+    (conv,) = read_all(QUIRKS)
+    assert conv.status == "ok" and len(conv.turns) == len(raw_locomo_turns(raw))
+    captioned = [t for t in raw_locomo_turns(raw) if "blip_caption" in t]
+    by_id = {t.turn_id: t for t in conv.turns}
+    # image captions are kept as text
+    assert captioned and all(by_id[t["dia_id"]].text == f"{t['text']} [image: {t['blip_caption']}]" for t in captioned)
+    assert all("[image:" not in by_id[t["dia_id"]].text for t in raw_locomo_turns(raw) if "blip_caption" not in t)
+    # int answers are cast to str; an adversarial item without `answer` keeps its adversarial one
+    assert any(isinstance(q.get("answer"), int) for q in raw["qa"])
+    assert [q.answer for q in conv.questions] == [str(q.get("answer", q.get("adversarial_answer"))) for q in raw["qa"]]
+    # malformed evidence ids ("D2:1; D2:7", "D:1:5") are repaired to turns that exist
+    assert any(";" in e or e.startswith("D:") for q in raw["qa"] for e in q["evidence"])
+    assert all(q.evidence_turn_ids and set(q.evidence_turn_ids) <= set(by_id) for q in conv.questions)
+    assert [q.evidence_turn_ids for q in conv.questions] == [normalize_evidence(q["evidence"]) for q in raw["qa"]]
+    assert [q.category for q in conv.questions] == [LOCOMO_CATEGORIES[q["category"]] for q in raw["qa"]]
+    # a session_<n>_date_time with no session list adds no turns and does not date the questions
+    body = raw["conversation"]
+    dateless = [k for k in body if k.endswith("_date_time") and k.removesuffix("_date_time") not in body]
+    assert dateless and not any(t.session_id == dateless[0].removesuffix("_date_time") for t in conv.turns)
+    last = max((k for k in body if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1]))
+    assert {q.question_date for q in conv.questions} == {locomo_stamp(body[f"{last}_date_time"])}
+
+
+def test_locomo_pair_rule_halves_the_units_and_turn_rule_keeps_them(generated_locomo, locomo_file):
+    pair = read_all(locomo_file, locomo_exchange="pair")[0]
+    turn = read_all(locomo_file, locomo_exchange="turn")[0]
+    n_turns = generated_locomo.labels["conversations"][0]["turns"]
+    assert len(turn.exchanges) == len(turn.turns) == n_turns
     assert len(turn.turns) / 2.2 < len(pair.exchanges) < len(turn.turns) / 1.8
 
 
-def test_longmemeval_reader_keeps_has_answer_and_dates():
-    (raw,) = json.loads(LME_PATH.read_text())
-    (conv,) = read_all(LME_PATH)
-    assert conv.conversation_id == "6a1eabeb" and conv.source == "longmemeval"
+@pytest.fixture(scope="module")
+def lme(tmp_path_factory):
+    return labelled_instance(tmp_path_factory.mktemp("lme"))
+
+
+def test_longmemeval_reader_keeps_has_answer_and_dates(lme):
+    raw = lme.instance
+    (conv,) = read_all(lme.path)
+    assert conv.conversation_id == raw["question_id"] and conv.source == "longmemeval"
     raw_turns = [t for session in raw["haystack_sessions"] for t in session]
-    assert len(conv.turns) == len(raw_turns) == 24
+    assert len(conv.turns) == len(raw_turns)
     assert sum(bool(t.has_answer) for t in conv.turns) == sum(bool(t.get("has_answer")) for t in raw_turns) == 2
     (q,) = conv.questions
-    assert q.category == "knowledge-update" and len(q.evidence_turn_ids) == 2
-    assert q.question_date == "2023-06-01T00:58:00"
-    assert conv.turns[0].timestamp == "2023-05-25T20:21:00"
+    assert q.category == "knowledge-update" and q.evidence_turn_ids == lme.question["evidence_turn_ids"]
+    assert q.evidence_turn_ids == [t.turn_id for t in conv.turns if t.has_answer]
+    assert q.question_date == lme_stamp(raw["question_date"])
+    assert conv.turns[0].timestamp == min(lme_stamp(d) for d in raw["haystack_dates"])
     # an exchange = a user message + the assistant reply
     assert all([conv.turns[i].role for i in ex] == ["user", "assistant"] for ex in conv.exchanges)
 
@@ -176,28 +236,34 @@ def test_pair_exchanges_join_runs_of_one_speaker():
     assert group_exchanges(turns, "pair") == [[0, 1, 2], [3, 4, 5], [6]]
 
 
-LABEL_MARKERS = ("answer_", "sharegpt_", "ultrachat_")
-
-
-def test_longmemeval_session_ids_are_neutral_and_sessions_in_date_order(tmp_path):
+def test_longmemeval_session_ids_are_neutral_and_sessions_in_date_order(lme, tmp_path):
     """LongMemEval's session ids name the evidence sessions (answer_<hash>_<n>); the reader
     renames sessions s1, s2, ... in date order and keeps the original only in
-    source_session_id. The fixture's sessions are written here in reverse date order, beside a
-    filler session named as LongMemEval names them, so order and renaming are both tested."""
-    (raw,) = json.loads(LME_PATH.read_text())
-    filler = [{"role": "user", "content": "Can you suggest a pasta recipe?"}, {"role": "assistant", "content": "Try cacio e pepe."}]
-    raw["haystack_sessions"] = [raw["haystack_sessions"][1], filler, raw["haystack_sessions"][0]]
-    raw["haystack_session_ids"] = [raw["haystack_session_ids"][1], "sharegpt_x1_0", raw["haystack_session_ids"][0]]
-    raw["haystack_dates"] = [raw["haystack_dates"][1], "2023/05/26 (Fri) 09:00", raw["haystack_dates"][0]]
+    source_session_id. The instance's sessions are written here in reverse date order, with a
+    filler session named as LongMemEval names them dated between the first two, so order and
+    renaming are both tested."""
+    raw = json.loads(json.dumps(lme.instance))
+    order = sorted(range(len(raw["haystack_dates"])), key=lambda i: lme_stamp(raw["haystack_dates"][i]))
+    first, second = (lme_stamp(raw["haystack_dates"][i]) for i in order[:2])
+    filler_date = datetime.fromisoformat(first) + (datetime.fromisoformat(second) - datetime.fromisoformat(first)) / 2
+    filler = [{"role": "user", "content": "Can you suggest a soup for a cold evening?"}, {"role": "assistant", "content": "Try a leek and potato soup."}]
+    sessions = [(raw["haystack_session_ids"][i], raw["haystack_dates"][i], raw["haystack_sessions"][i]) for i in order]
+    sessions.append(("sharegpt_x1_0", filler_date.strftime("%Y/%m/%d (%a) %H:%M"), filler))
+    sessions.sort(key=lambda s: lme_stamp(s[1]), reverse=True)
+    raw["haystack_session_ids"], raw["haystack_dates"], raw["haystack_sessions"] = (list(x) for x in zip(*sessions))
     path = tmp_path / "lme.json"
     path.write_text(json.dumps([raw]))
     (conv,) = read_all(path)
     for t in conv.turns:
         assert not any(m in t.turn_id or m in t.session_id for m in LABEL_MARKERS), t
-    assert [t.session_id for t in conv.turns] == ["s1"] * 12 + ["s2"] * 2 + ["s3"] * 12
-    assert [t.source_session_id for t in conv.turns][::12][:2] == ["answer_a25d4a91_1", "sharegpt_x1_0"]
+    in_date_order = sessions[::-1]
+    expected = [f"s{rank}" for rank, (_, _, turns) in enumerate(in_date_order, start=1) for _ in turns]
+    assert [t.session_id for t in conv.turns] == expected
+    assert [t.source_session_id for t in conv.turns] == [sid for sid, _, turns in in_date_order for _ in turns]
+    assert "sharegpt_x1_0" == in_date_order[1][0]  # the filler is second in date order
     stamps = [t.timestamp for t in conv.turns]
-    assert stamps == sorted(stamps) and stamps[0] == "2023-05-25T20:21:00" and stamps[12] == "2023-05-26T09:00:00"
+    assert stamps == sorted(stamps) and stamps[0] == first and stamps[len(in_date_order[0][2])] == filler_date.isoformat()
     (q,) = conv.questions
     assert q.evidence_turn_ids == [t.turn_id for t in conv.turns if t.has_answer] and len(q.evidence_turn_ids) == 2
-    assert all(tid.startswith(("s1:", "s3:")) for tid in q.evidence_turn_ids)
+    evidence_ranks = {f"s{rank}:" for rank, (sid, _, _) in enumerate(in_date_order, start=1) if sid.startswith("answer_")}
+    assert all(tid.startswith(tuple(evidence_ranks)) for tid in q.evidence_turn_ids)

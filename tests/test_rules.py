@@ -1,9 +1,11 @@
-"""The `rules` backend (lychee_ray.rules): encoder on real LoCoMo turns, planner, extractive answers.
+"""The `rules` backend (lychee_ray.rules): encoder on LoCoMo-format turns, planner, extractive answers.
 
-LoCoMo tests read the fixture tests/fixtures/locomo_fixture.json (conv-26, conv-30 and conv-41,
-the first sessions of each) and the LongMemEval one tests/fixtures/longmemeval_fixture.json. Turns are
-built the way `read.py` builds them: the BLIP caption appended as "[image: ...]", the session
-stamp as an ISO timestamp.
+Conversations come from two places: the session's generated archive (tests/support/generated.py:
+3 conversations, chit-chat and work, with labelled facts and dates) for what must hold on any
+conversation, and a hand-made conversation of invented text (tests/fixtures/locomo_quirks.json)
+for the exact cases: a greeting by nickname, an image caption, second-person praise, "yesterday",
+"last Saturday" and "next month". Turns are built the way `read.py` builds them: the BLIP
+caption appended as "[image: ...]", the session stamp as an ISO timestamp.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from lychee_ray.rules.timeparse import find_time_expressions
 from lychee_ray.schemas import EncodeOutput, EntityState, QueryPlan, ResolutionState
 from lychee_ray.tables import Turn
 
-from .conftest import LME_PATH, LOCOMO_PATH
+from .conftest import FIXTURES
+from .support.generated_lme import labelled_instance
+
+pytest_plugins = ("tests.support.generated",)  # the session's generated archive (one per run)
 
 
 # --------------------------------------------------------------------------------------------
@@ -65,17 +70,22 @@ def _encode_conversation(enc: RulesEncoder, sessions: list[list[Turn]]) -> list[
     return outs
 
 
-@pytest.fixture(scope="module")
-def locomo():
-    return json.loads(LOCOMO_PATH.read_text())
-
-
-@pytest.fixture(scope="module")
-def conv26(locomo):
-    conv = next(c for c in locomo if c["sample_id"] == "conv-26")
-    sessions = _sessions(conv)[:5]
-    assert len(sessions) == 5  # the fixture keeps 6 of conv-26's sessions
+def _encoded(conv: dict) -> tuple[dict, list[list[Turn]], list[EncodeOutput]]:
+    sessions = _sessions(conv)
     return conv, sessions, _encode_conversation(RulesEncoder(), sessions)
+
+
+@pytest.fixture(scope="module")
+def generated(generated_locomo):
+    """(conversation, sessions, outputs) of every conversation of the generated archive."""
+    return [_encoded(conv) for conv in json.loads((generated_locomo.archive / "locomo.json").read_text())]
+
+
+@pytest.fixture(scope="module")
+def quirks():
+    """The hand-made conversation: Tessaly (nicknamed Tess) and Orrin, two sessions."""
+    (conv,) = json.loads((FIXTURES / "locomo_quirks.json").read_text())
+    return _encoded(conv)
 
 
 def _records_of(outs, turn_id):
@@ -83,16 +93,16 @@ def _records_of(outs, turn_id):
 
 
 # --------------------------------------------------------------------------------------------
-# Encoder on real turns
+# Encoder on LoCoMo-format turns
 # --------------------------------------------------------------------------------------------
-def test_relative_date_resolved_and_speaker_attributed(conv26):
-    _, _, outs = conv26
-    # D1:3 (session of 8 May 2023): "I went to a LGBTQ support group yesterday and it was so powerful."
+def test_relative_date_resolved_and_speaker_attributed(quirks):
+    _, _, outs = quirks
+    # D1:3 (session of 16 March 2023): Orrin, "I went to the Harbourside pottery workshop yesterday and ..."
     [rec] = _records_of(outs, "D1:3")
-    assert rec.text.startswith("Caroline went to a LGBTQ support group yesterday (7 May 2023)")
-    assert (rec.time.start, rec.time.end, rec.time.granularity, rec.time.expression) == ("2023-05-07", "2023-05-07", "day", "yesterday")
+    assert rec.text.startswith("Orrin went to the Harbourside pottery workshop yesterday (15 March 2023)")
+    assert (rec.time.start, rec.time.end, rec.time.granularity, rec.time.expression) == ("2023-03-15", "2023-03-15", "day", "yesterday")
     assert rec.type == "event"
-    assert rec.entities[0] == "Caroline" and "LGBTQ" in rec.entities
+    assert rec.entities[0] == "Orrin" and "Harbourside" in rec.entities
     assert 1 <= len(rec.topics) <= 3
     # Topics are keyphrases of the segment found in the record's own text, not lexicon categories.
     words = {singular(w) for w in re.findall(r"[a-z0-9'+-]+", rec.text.lower())}
@@ -103,128 +113,126 @@ def _singulars(topic: str) -> list[str]:
     return [singular(w) for w in topic.split()]
 
 
-def test_topics_are_short_normalized_phrases(conv26):
-    _, _, outs = conv26
-    topics = [t for out in outs for r in out.records for t in r.topics]
-    assert topics and all(t == t.lower().strip() and 1 <= len(t.split()) <= 2 for t in topics)
-    assert all(len(r.topics) <= 3 and len(set(r.topics)) == len(r.topics) for out in outs for r in out.records)
-    shared = Counter(topics)
-    assert sum(n for n in shared.values() if n >= 2) > 0.5 * len(topics)  # most topic uses are shared
+def test_topics_are_short_normalized_phrases(generated):
+    for conv, _, outs in generated:
+        topics = [t for out in outs for r in out.records for t in r.topics]
+        assert topics and all(t == t.lower().strip() and 1 <= len(t.split()) <= 2 for t in topics)
+        assert all(len(r.topics) <= 3 and len(set(r.topics)) == len(r.topics) for out in outs for r in out.records)
+        shared = Counter(topics)
+        assert sum(n for n in shared.values() if n >= 2) > 0.5 * len(topics), conv["sample_id"]  # most topic uses are shared
 
 
-def test_last_saturday_and_next_month(conv26):
-    _, _, outs = conv26
-    race = [r for r in _records_of(outs, "D2:1") if "charity race" in r.text]
-    assert race and race[0].time.start == "2023-05-20"  # session of Thu 25 May 2023
-    assert "Melanie ran a charity race" in race[0].text and "(20 May 2023)" in race[0].text
-    camping = [r for r in _records_of(outs, "D2:7") if "camping" in r.text]
-    assert camping and (camping[0].time.start, camping[0].time.end) == ("2023-06-01", "2023-06-30")
-    assert camping[0].time.granularity == "month"
+def test_last_saturday_and_next_month(quirks):
+    _, _, outs = quirks
+    relay = [r for r in _records_of(outs, "D2:1") if "relay" in r.text]
+    assert relay and relay[0].time.start == "2023-03-25"  # session of Thu 30 March 2023
+    assert "Tessaly swam in a relay" in relay[0].text and "(25 March 2023)" in relay[0].text
+    canoe = [r for r in _records_of(outs, "D2:7") if "canoe" in r.text]
+    assert canoe and (canoe[0].time.start, canoe[0].time.end) == ("2023-04-01", "2023-04-30")
+    assert canoe[0].time.granularity == "month"
 
 
-def test_second_person_becomes_the_other_speaker(conv26):
-    _, _, outs = conv26
-    # D1:12 Melanie: "You'd be a great counselor! Your empathy and understanding will really help ..."
-    texts = [r.text for r in _records_of(outs, "D1:12")]
-    assert any("Caroline would be a great counselor" in t for t in texts)
-    assert any("Caroline's empathy" in t for t in texts)
+def test_second_person_becomes_the_other_speaker(quirks):
+    _, _, outs = quirks
+    # D1:6 Tessaly: "You'd be a great teacher! Your patience and warmth will really help ..."
+    texts = [r.text for r in _records_of(outs, "D1:6")]
+    assert any("Orrin would be a great teacher" in t for t in texts)
+    assert any("Orrin's patience" in t for t in texts)
     assert not any(re.search(r"\b(?:you|your|I|my)\b", t) for t in texts)
 
 
-def test_every_turn_with_content_has_a_record(conv26):
-    conv, sessions, outs = conv26
-    names = {conv["conversation"]["speaker_a"], conv["conversation"]["speaker_b"]}
-    covered = {tid for out in outs for r in out.records for tid in r.source_turn_ids}
-    with_content = [t for s in sessions for t in s if content_words(t.text, names)]
-    assert len(with_content) > 0.9 * sum(len(s) for s in sessions)
-    missing = [t.turn_id for t in with_content if t.turn_id not in covered]
-    assert missing == []
-    all_ids = {t.turn_id for s in sessions for t in s}
-    assert covered <= all_ids
+def test_every_turn_with_content_has_a_record(generated, quirks):
+    for conv, sessions, outs in [*generated, quirks]:
+        names = {conv["conversation"]["speaker_a"], conv["conversation"]["speaker_b"]}
+        covered = {tid for out in outs for r in out.records for tid in r.source_turn_ids}
+        with_content = [t for s in sessions for t in s if content_words(t.text, names)]
+        if conv is not quirks[0]:  # the hand-made one is short, and a fifth of it greetings and questions
+            assert len(with_content) > 0.9 * sum(len(s) for s in sessions)
+        missing = [t.turn_id for t in with_content if t.turn_id not in covered]
+        assert missing == [], conv["sample_id"]
+        all_ids = {t.turn_id for s in sessions for t in s}
+        assert covered <= all_ids
 
 
-def test_outputs_validate_and_are_deterministic(conv26):
-    _, sessions, outs = conv26
-    for out in outs:
-        again = EncodeOutput.model_validate_json(out.model_dump_json())
-        assert again == out
-        for r in out.records:
-            assert r.text.strip() and r.source_turn_ids
-            assert r.time.granularity in ("day", "week", "month", "year", "none")
-            if r.time.start:
-                assert date.fromisoformat(r.time.start) <= date.fromisoformat(r.time.end)
-    assert _encode_conversation(RulesEncoder(), sessions) == outs
+def test_outputs_validate_and_are_deterministic(generated, quirks):
+    for _, sessions, outs in [*generated, quirks]:
+        for out in outs:
+            again = EncodeOutput.model_validate_json(out.model_dump_json())
+            assert again == out
+            for r in out.records:
+                assert r.text.strip() and r.source_turn_ids
+                assert r.time.granularity in ("day", "week", "month", "year", "none")
+                if r.time.start:
+                    assert date.fromisoformat(r.time.start) <= date.fromisoformat(r.time.end)
+        assert _encode_conversation(RulesEncoder(), sessions) == outs
 
 
-def test_image_caption_kept_and_greeting_dropped(conv26):
-    conv, _, outs = conv26
-    caption = next(t["blip_caption"] for t in conv["conversation"]["session_1"] if t["dia_id"] == "D1:12")
-    assert any(f"[image: {caption}]" in r.text for r in _records_of(outs, "D1:12"))
-    # D1:1 is "Hey Mel! Good to see you! How have you been?": greetings only, no record.
+def test_image_caption_kept_and_greeting_dropped(quirks):
+    conv, _, outs = quirks
+    caption = next(t["blip_caption"] for t in conv["conversation"]["session_1"] if t["dia_id"] == "D1:6")
+    assert any(f"[image: {caption}]" in r.text for r in _records_of(outs, "D1:6"))
+    # D1:1 is "Hi Tess! Good to see you! How are you?": greetings only, no record.
     assert _records_of(outs, "D1:1") == []
-    assert not any(r.text.startswith(("Hey Mel", "Hi Mel")) for out in outs for r in out.records)
+    assert not any(r.text.startswith(("Hey Tess", "Hi Tess")) for out in outs for r in out.records)
 
 
-def test_state_aliases_anchor_and_carry_forward(conv26):
-    _, sessions, outs = conv26
+def test_state_aliases_anchor_and_carry_forward(quirks):
+    _, sessions, outs = quirks
     s1, s2 = outs[0].state, outs[1].state
     by_name = {e.name: e for e in s1.entities}
-    assert by_name["Melanie"].aliases == ["Mel"] and by_name["Melanie"].referent == "Melanie (speaker)"
-    assert by_name["Caroline"].referent == "Caroline (speaker)"
-    assert s1.date_anchor == "2023-05-08" and s2.date_anchor == "2023-05-25"
-    # Carried forward: mentioned in session 1, still known after session 2.
-    assert "LGBTQ" in {e.name for e in s2.entities}
-    # Aliases map to the speaker in record entities: "Mel" never appears as its own entity.
-    assert all("Mel" not in r.entities for out in outs for r in out.records)
+    assert by_name["Tessaly"].aliases == ["Tess"] and by_name["Tessaly"].referent == "Tessaly (speaker)"
+    assert by_name["Orrin"].referent == "Orrin (speaker)"
+    assert s1.date_anchor == "2023-03-16" and s2.date_anchor == "2023-03-30"
+    # Carried forward: mentioned in session 1 only, still known after session 2.
+    assert "Harbourside" in {e.name for e in s2.entities}
+    assert not any("Harbourside" in t.text for t in sessions[1])
+    # Aliases map to the speaker in record entities: "Tess" never appears as its own entity.
+    assert all("Tess" not in r.entities for out in outs for r in out.records)
 
 
-
-def test_summary_ablation(conv26):
-    _, sessions, outs = conv26
+def test_summary_ablation(quirks):
+    _, sessions, outs = quirks
     [rec] = RulesEncoder().encode(sessions[0], None, [], summary=True).records
     assert rec.source_turn_ids == [t.turn_id for t in sessions[0]]
-    assert "Caroline went to a LGBTQ support group yesterday (7 May 2023)" in rec.text
+    assert "Orrin went to the Harbourside pottery workshop yesterday (15 March 2023)" in rec.text
     atomic = outs[0].records
     assert set(rec.entities) == {e for r in atomic for e in r.entities}
     assert set(rec.topics) == {t for r in atomic for t in r.topics}
     assert rec.time.start == min(r.time.start for r in atomic if r.time.start)
 
 
-def test_temporal_gold_dates_match_record_times(locomo):
-    """LoCoMo category 2 (temporal): does a record on an evidence turn carry the gold date?
+def test_temporal_gold_dates_match_record_times(generated, generated_locomo):
+    """Temporal questions of the generated archive: does a record on an evidence turn carry the
+    date the generator planted there (the fact's `date`, said as "on 14 March", "yesterday",
+    "two weeks ago", ...)?
 
-    Measured on the fixture (3 conversations cut to 5-6 sessions, 24 temporal questions, 23
-    with a parseable gold date): exact 18 (78%), one window containing the other 19 (83%).
-    (On the whole dev file, 7 conversations and 177 parsed dates: exact 72%, contained 84%.)
-    The floors below sit a little under the fixture's figures: one more miss still passes, two
-    fail. The figure is printed with -s."""
-    enc = RulesEncoder()
-    parsed = exact = contained = 0
-    for conv in locomo:
-        sessions = _sessions(conv)
-        outs = _encode_conversation(enc, sessions)
-        session_date = {t.turn_id: t.timestamp[:10] for s in sessions for t in s}
+    Measured on the session's archive (GENERATED: 18 dated evidence turns): exact 16 (89%), one
+    window containing the day 18 (100%). The two misses are "a week ago" and "two weeks ago",
+    which the encoder reads as that calendar week (granularity week) while the generator means
+    exactly 7 and 14 days back: the week contains the day. The floors sit a little under the
+    figures: one more miss still passes, two fail. The figure is printed with -s."""
+    facts = {f["fact_id"]: f for f in generated_locomo.facts()}
+    dated = 0
+    exact = contained = 0
+    for conv, _, outs in generated:
         by_turn: dict[str, list] = {}
         for out in outs:
             for r in out.records:
                 for tid in r.source_turn_ids:
                     by_turn.setdefault(tid, []).append(r)
-        for qa in conv["qa"]:
-            evidence = [e for e in qa["evidence"] if e in session_date]
-            if qa["category"] != 2 or not evidence:
-                continue
-            gold = find_time_expressions(str(qa.get("answer", "")), session_date[evidence[0]])
-            if not gold:
-                continue  # durations ("4 years") and non-dates
-            parsed += 1
-            g = gold[0]
-            times = [r.time for e in evidence for r in by_turn.get(e, []) if r.time.expression]
-            exact += any((t.start, t.end) == (g.start, g.end) for t in times)
-            contained += any((t.start <= g.start and t.end >= g.end) or (g.start <= t.start and g.end >= t.end) for t in times)
-    print(f"\nLoCoMo temporal: {parsed} gold dates, exact {exact} ({exact / parsed:.0%}), contained {contained} ({contained / parsed:.0%})")
-    assert parsed >= 20
-    assert exact / parsed >= 0.70
-    assert contained / parsed >= 0.78
+        for q in generated_locomo.asked("temporal", conv["sample_id"]):
+            for fact in (facts[fid] for fid in q["fact_ids"]):
+                if not fact["date"]:
+                    continue
+                dated += 1
+                day = fact["date"]
+                times = [r.time for r in by_turn.get(fact["turn_id"], []) if r.time.expression]
+                exact += any((t.start, t.end) == (day, day) for t in times)
+                contained += any(t.start <= day <= t.end for t in times)
+    print(f"\ngenerated temporal: {dated} dated evidence turns, exact {exact} ({exact / dated:.0%}), contained {contained} ({contained / dated:.0%})")
+    assert dated >= 15
+    assert exact / dated >= 0.83
+    assert contained / dated >= 0.94
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,13 +281,13 @@ def test_context_date_anchor_used_when_turns_have_no_timestamp():
 
 def test_role_speakers_longmemeval_style():
     turns = [
-        _turn("u1", "user", "I set a personal best of 27:12 in a charity 5K run last Saturday.", idx=0),
+        _turn("u1", "user", "I set a personal best of 41:05 in the harbour swim last Saturday.", idx=0),
         _turn("a1", "assistant", "Congratulations on your personal best! I can suggest a training plan.", idx=1),
         _turn("a2", "assistant", "Keep it steady. Run 3 easy runs of 40 minutes a week and one tempo run at `5:20/km`.", idx=2),
     ]
     out = RulesEncoder().encode(turns, None, [])
     texts = [r.text for r in out.records]
-    assert texts[0].startswith("The user set a personal best of 27:12 in a charity 5K run last Saturday (6 May 2023)")
+    assert texts[0].startswith("The user set a personal best of 41:05 in the harbour swim last Saturday (6 May 2023)")
     # an assistant's pleasantries and generic advice make no record; what it concretely proposed does
     assert not any("can suggest" in t or "Congratulations" in t for t in texts)
     assert [r.source_turn_ids for r in out.records if r.text.startswith("The assistant")] == [["a2"]]
@@ -287,20 +295,26 @@ def test_role_speakers_longmemeval_style():
     assert all("user" not in r.entities for r in out.records)  # roles are not named entities
 
 
-def test_longmemeval_excerpt_encodes():
-    inst = json.loads(LME_PATH.read_text())[0]
+def test_longmemeval_instance_encodes(tmp_path):
+    """A generated LongMemEval instance (tests/support/generated_lme.py): a knowledge-update
+    question whose two evidence turns (the old value and the new) are the user's."""
+    lme = labelled_instance(tmp_path)
+    inst = lme.instance
     enc, ctx, records = RulesEncoder(), None, []
-    for sid, stamp, session in zip(inst["haystack_session_ids"], inst["haystack_dates"], inst["haystack_sessions"]):
+    for sid, stamp, session in sorted(zip(inst["haystack_session_ids"], inst["haystack_dates"], inst["haystack_sessions"]), key=lambda s: parse_source_datetime(s[1])):
         ts = parse_source_datetime(stamp).isoformat()
         turns = [Turn(turn_id=f"{sid}:{k}", turn_idx=k, session_id=sid, speaker=t["role"], role=t["role"], text=t["content"], timestamp=ts) for k, t in enumerate(session)]
         out = enc.encode(turns, ctx, records[-8:])
         ctx, records = out.state, records + list(out.records)
-    evidence = [r.text for r in records if "25:50" in r.text or "27:12" in r.text]
+    values = (lme.change["old_value"], lme.change["new_value"])
+    evidence = [r.text for r in records if any(v in r.text for v in values)]
+    assert all(any(v in t for t in evidence) for v in values)
     assert len(evidence) >= 2 and all("the user" in t.lower() for t in evidence)
     assert not any(re.search(r"\b(?:I|my|you|your)\b", r.text) for r in records if r.source_turn_ids[0].endswith(":0"))
     # Extractive answering has no notion of which value is newer (a knowledge-update question):
-    # it returns a personal-best sentence, not necessarily the updated one.
-    assert "personal best" in extractive_answer(inst["question"], evidence)
+    # it returns a sentence with one of the two values, not necessarily the updated one.
+    answer = extractive_answer(inst["question"], evidence)
+    assert any(v in answer for v in values), answer
 
 
 SOURDOUGH = [
@@ -394,8 +408,8 @@ def test_classify(text, expected):
 @pytest.mark.parametrize(
     "text,speaker,other,expected",
     [
-        ("I went to the gym.", "Caroline", "Melanie", "Caroline went to the gym."),
-        ("I love my dog.", "Caroline", "Melanie", "Caroline loves Caroline's dog."),
+        ("I went to the gym.", "Tessaly", "Orrin", "Tessaly went to the gym."),
+        ("I love my dog.", "Tessaly", "Orrin", "Tessaly loves Tessaly's dog."),
         ("I'm tired and I've been busy.", "Ann", "Bob", "Ann is tired and Ann has been busy."),
         ("I'd like that, and I'll try.", "Ann", "Bob", "Ann would like that, and Ann will try."),
         ("You're amazing and your art is great!", "Ann", "Bob", "Bob is amazing and Bob's art is great!"),
@@ -420,59 +434,59 @@ def test_split_sentences():
 # Planner
 # --------------------------------------------------------------------------------------------
 def test_planner_entities_and_time_window():
-    plan = RulesPlanner().plan("What did Caroline do in May 2023?", None, ["Melanie", "Caroline", "LGBTQ"])
+    plan = RulesPlanner().plan("What did Orrin do in May 2023?", None, ["Tessaly", "Orrin", "Harbourside"])
     assert isinstance(plan, QueryPlan) and len(plan.routes) == 1
     route = plan.routes[0]
-    assert route.goal == "What did Caroline do in May 2023?"
-    assert route.entities == ["Caroline"]
+    assert route.goal == "What did Orrin do in May 2023?"
+    assert route.entities == ["Orrin"]
     assert route.time_window is not None
     assert (route.time_window.start, route.time_window.end) == ("2023-05-01", "2023-05-31")
-    assert "Caroline" in route.search_terms and "may" not in [t.lower() for t in route.search_terms]
+    assert "Orrin" in route.search_terms and "may" not in [t.lower() for t in route.search_terms]
 
 
 def test_planner_aliases_topics_quotes_and_no_window():
-    plan = RulesPlanner().plan('When did melanie read the book "Nothing is Impossible"?', None, ["Melanie", "Caroline"])
+    plan = RulesPlanner().plan('When did tessaly read the book "Always Be Grateful"?', None, ["Tessaly", "Orrin"])
     route = plan.routes[0]
-    assert route.entities == ["Melanie"]  # known names match case-insensitively
+    assert route.entities == ["Tessaly"]  # known names match case-insensitively
     assert route.time_window is None
-    assert "Nothing is Impossible" in route.search_terms and "book" in route.search_terms
-    assert route.topics == ["book"]  # the stored (singular) form; "Nothing is Impossible" is stopwords and an adjective
-    plan2 = RulesPlanner().plan("When did Mel paint a sunrise?", None, ["Melanie", "Caroline"])
-    # "Mel" is an alias, "paint" a verb: the one topic word is the question's own noun
-    assert plan2.routes[0].entities == ["Melanie"] and plan2.routes[0].topics == ["sunrise"]
+    assert "Always Be Grateful" in route.search_terms and "book" in route.search_terms
+    assert route.topics == ["book"]  # the stored (singular) form; "Always Be Grateful" is stopwords and an adjective
+    plan2 = RulesPlanner().plan("When did Tess paint a sunrise?", None, ["Tessaly", "Orrin"])
+    # "Tess" is an alias, "paint" a verb: the one topic word is the question's own noun
+    assert plan2.routes[0].entities == ["Tessaly"] and plan2.routes[0].topics == ["sunrise"]
     route3 = RulesPlanner().plan("Where did Ann join the sourdough baking classes?", None, ["Ann"]).routes[0]
     assert route3.topics[:2] == ["sourdough baking", "baking class"] and "sourdough" in route3.topics
 
 
 def test_planner_without_known_entities_and_with_question_date():
-    route = RulesPlanner().plan("What did Jon and Gina do last weekend?", parse_source_datetime("2023/06/01 (Thu) 00:58")).routes[0]
-    assert route.entities == ["Jon", "Gina"]
+    route = RulesPlanner().plan("What did Odile and Brann do last weekend?", parse_source_datetime("2023/06/01 (Thu) 00:58")).routes[0]
+    assert route.entities == ["Odile", "Brann"]
     assert (route.time_window.start, route.time_window.end) == ("2023-05-27", "2023-05-28")
-    assert RulesPlanner().plan("What did Jon do?", None) == RulesPlanner().plan("What did Jon do?", None)
+    assert RulesPlanner().plan("What did Odile do?", None) == RulesPlanner().plan("What did Odile do?", None)
 
 
 # --------------------------------------------------------------------------------------------
 # Extractive answers
 # --------------------------------------------------------------------------------------------
 EVIDENCE = [
-    "Caroline went to a LGBTQ support group yesterday (7 May 2023) and it was so powerful. She felt accepted.",
-    "Melanie painted a lake sunrise last year (2022). Melanie loves painting.",
-    "Caroline is researching adoption agencies.",
+    "Orrin went to the Harbourside pottery workshop yesterday (15 March 2023) and it was so relaxing. He felt calm.",
+    "Tessaly painted a harbour mural last year (2022). Tessaly loves painting.",
+    "Orrin is researching kiln suppliers.",
 ]
 
 
 def test_extractive_picks_the_best_sentence():
-    assert extractive_answer("What is Caroline researching?", EVIDENCE) == "Caroline is researching adoption agencies."
-    assert extractive_answer("What does Melanie love?", EVIDENCE) == "Melanie loves painting."
+    assert extractive_answer("What is Orrin researching?", EVIDENCE) == "Orrin is researching kiln suppliers."
+    assert extractive_answer("What does Tessaly love?", EVIDENCE) == "Tessaly loves painting."
 
 
 def test_extractive_when_returns_the_date():
-    assert extractive_answer("When did Caroline go to the LGBTQ support group?", EVIDENCE) == "7 May 2023"
-    assert extractive_answer("When did Melanie paint a sunrise?", EVIDENCE) == "2022"
+    assert extractive_answer("When did Orrin go to the Harbourside pottery workshop?", EVIDENCE) == "15 March 2023"
+    assert extractive_answer("When did Tessaly paint a mural?", EVIDENCE) == "2022"
 
 
 def test_extractive_ties_go_to_earlier_evidence_and_empty():
-    ev = ["Jon opened a dance studio.", "Jon opened a bakery."]
-    assert extractive_answer("What did Jon open?", ev) == "Jon opened a dance studio."
-    assert extractive_answer("What did Jon open?", ev[::-1]) == "Jon opened a bakery."
+    ev = ["Brann opened a bike shop.", "Brann opened a bakery."]
+    assert extractive_answer("What did Brann open?", ev) == "Brann opened a bike shop."
+    assert extractive_answer("What did Brann open?", ev[::-1]) == "Brann opened a bakery."
     assert extractive_answer("Anything?", []) == ""

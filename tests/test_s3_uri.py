@@ -20,9 +20,8 @@ import pytest
 from lychee_ray.evaluate.job import run_evaluate
 from lychee_ray.ingest.job import run_ingest
 
-from .conftest import LOCOMO_PATH, REPO
-from .support.locomo_cut import cut_locomo
-from .support.locomo_store import local_config
+from .conftest import REPO
+from .support.generated import generate, local_config
 from .support.s3 import bucket_uri, moto_bucket
 
 BUCKET = "lychee"
@@ -47,11 +46,12 @@ def names(fs: pafs.FileSystem, folder: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def evaluated(s3, ray_local, tmp_path_factory):
-    """A 1-conversation, 2-session cut of the LoCoMo fixture ingested into S3, then one evaluate into S3."""
+    """A generated LoCoMo-format conversation of 2 sessions ingested into S3, then one evaluate into S3."""
     endpoint, _ = s3
-    cut = cut_locomo(LOCOMO_PATH, tmp_path_factory.mktemp("cut") / "locomo_cut.json", conversations=1, sessions=2)
+    generated = generate(tmp_path_factory.mktemp("generated"), "locomo", conversations=1, sessions=2)
+    assert len(generated.questions) >= MAX_QUESTIONS
     store = uri(endpoint, "store")
-    summary = run_ingest(local_config(), str(cut), store)
+    summary = run_ingest(local_config(), str(generated.archive), store)
     assert summary.by_status == {"ok": 1}
     cfg = local_config(f"evaluate.max_questions={MAX_QUESTIONS}", "evaluate.questions_per_batch=2")
     out = uri(endpoint, "eval")

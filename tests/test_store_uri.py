@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import pyarrow.fs as pafs
 
-from benchmarks.short_archive import write_short_archive
 from lychee_ray.config import load_config
 from lychee_ray.evaluate.job import run_evaluate
 from lychee_ray.ingest.job import run_ingest
 from lychee_ray.io.fs import child_uri, join_path, resolve_uri
 from lychee_ray.store.reader import open_store
 
-from .conftest import LOCOMO_PATH, REPO
+from .conftest import REPO
+from .support.generated import generate
 
 
 def test_ingest_writes_to_a_file_uri(ray_local, tmp_path):
-    archive = tmp_path / "synth_3.jsonl"
-    expected = write_short_archive(LOCOMO_PATH, archive, n=3, seed=2, turns_per_session=4)
+    generated = generate(tmp_path / "generated", "locomo", conversations=3, sessions=1, turns_per_session=4)
+    archive = generated.archive
     uri = f"file://{tmp_path}/uri-store"
     cfg = load_config(str(REPO / "configs/local.yaml"), ["ray.progress_bars=false"])
     summary = run_ingest(cfg, str(archive), uri)
@@ -28,12 +28,12 @@ def test_ingest_writes_to_a_file_uri(ray_local, tmp_path):
     assert not (REPO / "file:").exists()
     store = open_store(uri)
     turns = store.con.execute("select count(*) from turns").fetchall()[0][0]
-    assert turns == expected["turns"] == 12
+    assert turns == sum(c["turns"] for c in generated.labels["conversations"]) == 12
     # A rerun over the same URI resumes: everything is already complete.
     again = run_ingest(cfg, str(archive), uri)
     assert again.resumed == 3 and again.conversations == 0
     # Evaluate reads the store by its URI and takes a file:// URI as its output folder.
-    asked = min(3, expected["questions"])
+    asked = min(3, len(generated.questions))
     assert asked > 0
     cfg_eval = cfg.with_overrides({"evaluate": {"max_questions": 3}})
     result = run_evaluate(cfg_eval, uri, f"file://{tmp_path}/eval")

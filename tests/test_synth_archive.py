@@ -1,7 +1,10 @@
 """Tests for benchmarks.synth_archive: format, determinism and id/evidence consistency.
 
-The source is the LoCoMo fixture (tests/fixtures/locomo_fixture.json: 3 conversations of 5-6
-sessions), which any LoCoMo file can stand in for; the benchmarks draw from the shared dev file."""
+The tool recombines the sessions of any LoCoMo-format file; the benchmarks draw from the shared
+dev file. Here the source is a generated LoCoMo-format archive (tests/support/generated.py: 3
+conversations of 5 sessions) given LoCoMo's side annotations (`event_summary`, `observation`,
+`session_summary`, built here from the generated turns and dates) and two of its quirks: a
+session date with no session, and questions with malformed or empty evidence."""
 
 from __future__ import annotations
 
@@ -12,21 +15,56 @@ import pytest
 
 from benchmarks import synth_archive as sa
 
-from .conftest import LOCOMO_PATH as SRC
+from .support.generated import generate
 
 SESSION_RE = re.compile(r"^session_(\d+)$")
 DIA_RE = re.compile(r"^D(\d+):(\d+)$")
 STAMP_RE = re.compile(r"^(1[0-2]|[1-9]):[0-5]\d (am|pm) on ([1-9]|[12]\d|3[01]) [A-Z][a-z]+, \d{4}$")
 
 
-@pytest.fixture(scope="module")
-def source() -> list[dict]:
-    return json.loads(SRC.read_text())
+def _day(stamp: str) -> str:
+    day = sa.parse_stamp(stamp)
+    return f"{day.day} {sa.MONTHS[day.month - 1]}, {day.year}"
+
+
+def with_side_annotations(sample: dict) -> dict:
+    """A generated LoCoMo sample as the LoCoMo file holds one: side annotations of every session
+    (a dated event list per speaker, observations citing turns, a summary naming the date), a
+    session date with no session, and two questions whose evidence the tool must drop."""
+    body = sample["conversation"]
+    speakers = (body["speaker_a"], body["speaker_b"])
+    numbers = _sessions(sample)
+    events, observations, summaries = {}, {}, {}
+    for n in numbers:
+        turns, day = body[f"session_{n}"], _day(body[f"session_{n}_date_time"])
+        said = {sp: [t for t in turns if t["speaker"] == sp] for sp in speakers}
+        events[f"events_session_{n}"] = {**{sp: [t["text"][:60] for t in ts[:1]] for sp, ts in said.items()}, "date": day}
+        observations[f"session_{n}_observation"] = {sp: [[t["text"][:60], t["dia_id"]] for t in ts[:2]] for sp, ts in said.items()}
+        summaries[f"session_{n}_summary"] = f"On {day}, {speakers[0]} and {speakers[1]} caught up."
+    last = numbers[-1]
+    body[f"session_{last + 1}_date_time"] = body[f"session_{last}_date_time"]  # a date with no session list
+    qa = [*sample["qa"], {"question": "Which two turns?", "answer": "both", "evidence": ["D1:1; D1:2"], "category": 1},
+          {"question": "Which turn?", "answer": "none", "evidence": [], "category": 4}]
+    return {"qa": qa, "conversation": body, "event_summary": events, "observation": observations,
+            "session_summary": summaries, "sample_id": sample["sample_id"]}
 
 
 @pytest.fixture(scope="module")
-def archive(source) -> list[dict]:
-    return sa.make_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+def src_path(tmp_path_factory):
+    generated = generate(tmp_path_factory.mktemp("generated"), "locomo")
+    path = generated.root / "source.json"
+    path.write_text(json.dumps([with_side_annotations(s) for s in json.loads((generated.archive / "locomo.json").read_text())]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def source(src_path) -> list[dict]:
+    return json.loads(src_path.read_text())
+
+
+@pytest.fixture(scope="module")
+def archive(src_path) -> list[dict]:
+    return sa.make_archive(src_path, 60, seed=7, sessions_per_conversation=(2, 5))
 
 
 def _sessions(conv: dict) -> list[int]:
@@ -55,16 +93,16 @@ def test_original_format_keys(archive, source):
                 assert turn["speaker"] in (c["speaker_a"], c["speaker_b"])
 
 
-def test_deterministic_for_a_seed_and_seed_matters(archive):
-    again = sa.make_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+def test_deterministic_for_a_seed_and_seed_matters(src_path, archive):
+    again = sa.make_archive(src_path, 60, seed=7, sessions_per_conversation=(2, 5))
     assert json.dumps(again, sort_keys=True) == json.dumps(archive, sort_keys=True)
-    other = sa.make_archive(SRC, 60, seed=8, sessions_per_conversation=(2, 5))
+    other = sa.make_archive(src_path, 60, seed=8, sessions_per_conversation=(2, 5))
     assert json.dumps(other, sort_keys=True) != json.dumps(archive, sort_keys=True)
 
 
-def test_prefix_stable_in_n(archive):
+def test_prefix_stable_in_n(src_path, archive):
     # Conversation i depends on (seed, i) only, so a small archive is a prefix of a large one.
-    small = sa.make_archive(SRC, 10, seed=7, sessions_per_conversation=(2, 5))
+    small = sa.make_archive(src_path, 10, seed=7, sessions_per_conversation=(2, 5))
     assert small == archive[:10]
 
 
@@ -79,9 +117,9 @@ def test_dia_ids_renumbered_consistently_and_unique(archive):
                 seen.add(turn["dia_id"])
 
 
-def test_turns_are_the_source_sessions(archive, source):
+def test_turns_are_the_source_sessions(src_path, archive, source):
     by_id = {c["sample_id"]: c for c in source}
-    plans = sa.plan_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+    plans = sa.plan_archive(src_path, 60, seed=7, sessions_per_conversation=(2, 5))
     for conv, plan in zip(archive, plans):
         assert conv["sample_id"] == plan.sample_id
         src = by_id[plan.source_id]["conversation"]
@@ -95,9 +133,9 @@ def test_turns_are_the_source_sessions(archive, source):
             assert strip(new_turns) == strip(old_turns)
 
 
-def test_session_dates_increase_and_are_shifted_by_whole_weeks(archive, source):
+def test_session_dates_increase_and_are_shifted_by_whole_weeks(src_path, archive, source):
     by_id = {c["sample_id"]: c for c in source}
-    plans = sa.plan_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+    plans = sa.plan_archive(src_path, 60, seed=7, sessions_per_conversation=(2, 5))
     moved = 0
     for conv, plan in zip(archive, plans):
         c = conv["conversation"]
@@ -114,9 +152,9 @@ def test_session_dates_increase_and_are_shifted_by_whole_weeks(archive, source):
     assert moved > 50  # dates really are new
 
 
-def test_evidence_remapped_and_exists(archive, source):
+def test_evidence_remapped_and_exists(src_path, archive, source):
     by_id = {c["sample_id"]: c for c in source}
-    plans = sa.plan_archive(SRC, 60, seed=7, sessions_per_conversation=(2, 5))
+    plans = sa.plan_archive(src_path, 60, seed=7, sessions_per_conversation=(2, 5))
     total = 0
     for conv, plan in zip(archive, plans):
         c = conv["conversation"]
@@ -153,9 +191,8 @@ def test_side_annotations_remapped(archive):
         assert set(conv["session_summary"]) == {f"session_{i}_summary" for i in range(1, k + 1)}
         assert set(conv["observation"]) == {f"session_{i}_observation" for i in range(1, k + 1)}
         for i in range(1, k + 1):
-            day = sa.parse_stamp(c[f"session_{i}_date_time"])
-            assert conv["event_summary"][f"events_session_{i}"]["date"] == (
-                f"{day.day} {sa.MONTHS[day.month - 1]}, {day.year}")
+            assert conv["event_summary"][f"events_session_{i}"]["date"] == _day(c[f"session_{i}_date_time"])
+            assert _day(c[f"session_{i}_date_time"]) in conv["session_summary"][f"session_{i}_summary"]  # the date rewritten
         for obs in conv["observation"].values():
             for facts in obs.values():
                 for _, ref in facts:
@@ -182,13 +219,13 @@ def test_bad_arguments(source):
     assert sa.make_archive(source, 0, seed=0) == []
 
 
-def test_cli_json_and_jsonl(tmp_path):
+def test_cli_json_and_jsonl(src_path, tmp_path):
     out_json, out_jsonl = tmp_path / "a.json", tmp_path / "b.jsonl"
-    assert sa.main(["--src", str(SRC), "--n", "5", "--seed", "3", "--out", str(out_json), "--sessions", "3", "4"]) == 0
-    assert sa.main(["--src", str(SRC), "--n", "5", "--seed", "3", "--out", str(out_jsonl), "--sessions", "3", "4"]) == 0
+    assert sa.main(["--src", str(src_path), "--n", "5", "--seed", "3", "--out", str(out_json), "--sessions", "3", "4"]) == 0
+    assert sa.main(["--src", str(src_path), "--n", "5", "--seed", "3", "--out", str(out_jsonl), "--sessions", "3", "4"]) == 0
     as_list = json.loads(out_json.read_text())
     lines = out_jsonl.read_text().splitlines()
     assert len(lines) == 5 and [json.loads(line) for line in lines] == as_list
-    assert as_list == sa.make_archive(SRC, 5, seed=3, sessions_per_conversation=(3, 4))
+    assert as_list == sa.make_archive(src_path, 5, seed=3, sessions_per_conversation=(3, 4))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temp files left behind"
     assert sa.main(["--src", str(tmp_path / "missing.json"), "--n", "1", "--out", str(tmp_path / "x.json")]) == 2

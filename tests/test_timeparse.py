@@ -23,7 +23,7 @@ from lychee_ray.schemas import NormalizedTime
 # (text, anchor, (start, end, granularity)) - the first expression found in text.
 TABLE = [
     # days relative to the session date
-    ("I went to a LGBTQ support group yesterday", "2023-05-08", ("2023-05-07", "2023-05-07", "day")),
+    ("I went to a pottery workshop yesterday", "2023-05-08", ("2023-05-07", "2023-05-07", "day")),
     ("yesterday", "2023-03-01", ("2023-02-28", "2023-02-28", "day")),  # non-leap February
     ("yesterday", "2024-03-01", ("2024-02-29", "2024-02-29", "day")),  # leap day
     ("the day before yesterday", "2024-03-01", ("2024-02-28", "2024-02-28", "day")),
@@ -37,32 +37,32 @@ TABLE = [
     ("a few days ago", "2023-07-12", ("2023-07-09", "2023-07-09", "day")),  # a few = 3
     ("in 3 days", "2023-07-30", ("2023-08-02", "2023-08-02", "day")),
     # weekdays
-    ("I ran a charity race last Saturday", "2023-05-25", ("2023-05-20", "2023-05-20", "day")),
+    ("I swam in a relay last Saturday", "2023-05-25", ("2023-05-20", "2023-05-20", "day")),
     ("last Saturday", "2023-07-15", ("2023-07-08", "2023-07-08", "day")),  # on a Saturday: 7 days back
-    ("Last Fri I took my kids to a workshop", "2023-07-15", ("2023-07-14", "2023-07-14", "day")),
-    ("I joined a new group last Tues", "2023-07-20", ("2023-07-18", "2023-07-18", "day")),
+    ("Last Fri I took my nephews to a museum", "2023-07-15", ("2023-07-14", "2023-07-14", "day")),
+    ("I joined a choir last Tues", "2023-07-20", ("2023-07-18", "2023-07-18", "day")),
     ("this Friday", "2023-05-08", ("2023-05-12", "2023-05-12", "day")),  # in the anchor's Mon-Sun week
     ("next Friday", "2023-05-08", ("2023-05-19", "2023-05-19", "day")),  # in the following week
     ("this coming Sunday", "2023-05-07", ("2023-05-14", "2023-05-14", "day")),
-    ("I sat on a bench on Sunday", "2023-05-10", ("2023-05-07", "2023-05-07", "day")),  # most recent past
+    ("I fixed the gate on Sunday", "2023-05-10", ("2023-05-07", "2023-05-07", "day")),  # most recent past
     ("I will call her on Sunday", "2023-05-10", ("2023-05-14", "2023-05-14", "day")),  # future tense
     # weeks (Monday-Sunday) and weekends (Saturday-Sunday)
-    ("my school event last week", "2023-06-09", ("2023-05-29", "2023-06-04", "week")),
+    ("my pottery class last week", "2023-06-09", ("2023-05-29", "2023-06-04", "week")),
     ("last week", "2024-01-01", ("2023-12-25", "2023-12-31", "week")),  # year rollover
     ("last week", "2023-01-15", ("2023-01-02", "2023-01-08", "week")),  # Sunday anchor
     ("this week", "2023-08-23", ("2023-08-21", "2023-08-27", "week")),
     ("next week", "2023-12-28", ("2024-01-01", "2024-01-07", "week")),
     ("a week ago", "2023-05-08", ("2023-05-01", "2023-05-07", "week")),
     ("in two weeks", "2023-05-25", ("2023-06-05", "2023-06-11", "week")),
-    ("Last weekend I joined a mentorship program", "2023-07-17", ("2023-07-15", "2023-07-16", "week")),
+    ("Last weekend I joined a rowing club", "2023-07-17", ("2023-07-15", "2023-07-16", "week")),
     ("last weekend", "2023-07-15", ("2023-07-08", "2023-07-09", "week")),  # Saturday anchor: the previous one
     ("last weekend", "2023-01-15", ("2023-01-07", "2023-01-08", "week")),  # Sunday anchor
     ("this weekend", "2023-05-08", ("2023-05-13", "2023-05-14", "week")),
-    ("that roadtrip this past weekend", "2023-10-20", ("2023-10-14", "2023-10-15", "week")),
-    ("we went camping two weekends ago", "2023-07-17", ("2023-07-08", "2023-07-09", "week")),
+    ("that ferry trip this past weekend", "2023-10-20", ("2023-10-14", "2023-10-15", "week")),
+    ("we went sailing two weekends ago", "2023-07-17", ("2023-07-08", "2023-07-09", "week")),
     # months
     ("last month", "2023-01-15", ("2022-12-01", "2022-12-31", "month")),  # year rollover
-    ("going camping next month", "2023-05-25", ("2023-06-01", "2023-06-30", "month")),
+    ("going sailing next month", "2023-05-25", ("2023-06-01", "2023-06-30", "month")),
     ("next month", "2023-12-10", ("2024-01-01", "2024-01-31", "month")),
     ("a conference this month", "2023-07-03", ("2023-07-01", "2023-07-31", "month")),
     ("three months ago", "2023-02-15", ("2022-11-01", "2022-11-30", "month")),
@@ -79,15 +79,15 @@ TABLE = [
     ("this winter", "2023-01-15", ("2022-12-01", "2023-02-28", "month")),
     ("the summer of 2022", None, ("2022-06-01", "2022-08-31", "month")),
     # years
-    ("this book I read last year", "2023-07-12", ("2022-01-01", "2022-12-31", "year")),
+    ("this map I drew last year", "2023-07-12", ("2022-01-01", "2022-12-31", "year")),
     ("this year", "2023-07-12", ("2023-01-01", "2023-12-31", "year")),
     ("next year", "2023-07-12", ("2024-01-01", "2024-12-31", "year")),
-    ("my 18th birthday ten years ago", "2023-06-27", ("2013-01-01", "2013-12-31", "year")),
+    ("my first regatta ten years ago", "2023-06-27", ("2013-01-01", "2013-12-31", "year")),
     ("a year ago", "2024-02-29", ("2023-01-01", "2023-12-31", "year")),
-    ("We had a blast at Pride in 2022", None, ("2022-01-01", "2022-12-31", "year")),
+    ("We had a blast at the harbour fair in 2022", None, ("2022-01-01", "2022-12-31", "year")),
     ("since 2016", "2023-09-13", ("2016-01-01", "2023-09-13", "year")),
-    ("I've known these friends for 4 years", "2023-06-09", ("2019-01-01", "2023-06-09", "year")),
-    ("Seven years now, and I love it", "2023-09-13", ("2016-01-01", "2023-09-13", "year")),
+    ("I've kept these bees for 4 years", "2023-06-09", ("2019-01-01", "2023-06-09", "year")),
+    ("Seven years now, and I still enjoy it", "2023-09-13", ("2016-01-01", "2023-09-13", "year")),
     # absolute days
     ("on 5 May", "2023-05-08", ("2023-05-05", "2023-05-05", "day")),
     ("on 10 May", "2023-05-08", ("2022-05-10", "2022-05-10", "day")),  # yearless: the most recent past one
@@ -99,7 +99,7 @@ TABLE = [
     ("2023-05-07", None, ("2023-05-07", "2023-05-07", "day")),
     ("5/7/2023", None, ("2023-05-07", "2023-05-07", "day")),  # US month/day/year
     ("November 5-6, 2022", None, ("2022-11-05", "2022-11-06", "day")),
-    ("I met my teammates on the 15th", "2023-08-21", ("2023-08-15", "2023-08-15", "day")),
+    ("I met my crew on the 15th", "2023-08-21", ("2023-08-15", "2023-08-15", "day")),
     ("on the 31st", "2023-03-10", ("2023-01-31", "2023-01-31", "day")),  # February has no 31st
     # relative to an absolute day (LoCoMo gold answers are written this way)
     ("The week before 9 June 2023", None, ("2023-05-29", "2023-06-04", "week")),
@@ -233,11 +233,11 @@ def test_parse_source_datetime_unparseable_is_none(raw):
 @pytest.mark.parametrize(
     "question,qdate,expected",
     [
-        ("What did Caroline do in May 2023?", None, ("2023-05-01", "2023-05-31")),
-        ("When did Caroline go to the LGBTQ support group?", None, None),
+        ("What did Orrin do in May 2023?", None, ("2023-05-01", "2023-05-31")),
+        ("When did Orrin go to the pottery workshop?", None, None),
         ("What did I do last Saturday?", "2023/06/01 (Thu) 00:58", ("2023-05-27", "2023-05-27")),
         ("What happened before June 2023?", None, (None, "2023-05-31")),
-        ("What did Jon do after May 2023?", None, ("2023-06-01", None)),
+        ("What did Odile do after May 2023?", None, ("2023-06-01", None)),
         ("What has she done since 2020?", "2023/06/01 (Thu) 00:58", ("2020-01-01", "2023-06-01")),
         ("What did they do in 2021 and in 2022?", None, ("2021-01-01", "2022-12-31")),
         ("Where did I go last week?", None, None),  # relative, and no question date

@@ -27,7 +27,7 @@ from lychee_ray.tokens import count_many, count_tokens
 from .conftest import REPO
 
 LOCAL = REPO / "configs" / "local.yaml"
-WORDS = "the garden tomatoes grew tall while Maria painted the fence blue and talked about Paris".split()
+WORDS = "the garden tomatoes grew tall while Wenna painted the fence blue and talked about Paris".split()
 
 
 def long_text(n_chars: int, seed: int = 0) -> str:
@@ -90,7 +90,7 @@ def test_a_200k_character_turn_leaves_no_segment_over_the_cap(tmp_path, ray_loca
     big = long_text(200_000)
     turns = [("user", "I planted tomatoes in the garden last week."), ("assistant", "Lovely, how are they doing?"),
              ("user", big), ("assistant", "That is a lot of detail about the garden."),
-             ("user", "Maria will paint the fence tomorrow."), ("assistant", "Blue would suit it.")]
+             ("user", "Wenna will paint the fence tomorrow."), ("assistant", "Blue would suit it.")]
     inp = tmp_path / "in.jsonl"
     inp.write_text(json.dumps({"conversation_id": "c-big", "turns": [{"role": r, "content": c} for r, c in turns]}) + "\n")
     cfg = load_config(LOCAL, ["ray.progress_bars=false"])

@@ -32,11 +32,11 @@ from .conftest import REPO
 
 LOCAL = REPO / "configs" / "local.yaml"
 CORPUS = [
-    "The garden tomatoes grew tall while Maria painted the fence blue.",
-    "Caroline went to the LGBTQ support group on Tuesday and talked about Paris.",
-    "Melanie is planning a camping trip with her kids next summer.",
+    "The garden tomatoes grew tall while Wenna painted the fence blue.",
+    "Orrin went to the pottery workshop on Tuesday and talked about Paris.",
+    "Tessaly is planning a canoe trip with her nephews next summer.",
 ]
-TEXT = "Maria painted the fence blue while the tomatoes grew tall in the garden."
+TEXT = "Wenna painted the fence blue while the tomatoes grew tall in the garden behind the old mill."
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,7 @@ def test_an_hf_tokenizer_counts_with_its_own_vocabulary(tiny_dir, tiny):
 
 @pytest.mark.parametrize("cap", [0, 1, 7, 20, 40])
 def test_truncate_respects_the_cap_and_keeps_a_prefix(tiny, cap):
+    assert tiny.count(TEXT) > 40  # longer than every cap, so each cap cuts
     out = tiny.truncate(TEXT, cap)
     assert tiny.count(out) <= cap
     assert TEXT.startswith(out)

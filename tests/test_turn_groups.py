@@ -20,7 +20,7 @@ from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.readers.files import iter_conversations, list_input_files
 from lychee_ray.io.readers.plan import plan_parts
 
-from .support.locomo_store import local_config
+from .support.generated import local_config
 
 
 def row(cid, k, day, **extra):

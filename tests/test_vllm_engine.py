@@ -20,9 +20,9 @@ import pytest
 
 from lychee_ray.config import load_config
 from lychee_ray.schemas import EncodeOutput, QueryPlan
-from tests.support.locomo_cut import cut_locomo
+from tests.support.generated import generate
 
-from .conftest import LOCOMO_PATH, REPO
+from .conftest import REPO
 
 pytestmark = pytest.mark.vllm
 
@@ -73,9 +73,9 @@ def vllm_store(vllm_server, ray_local, tmp_path_factory):
     from lychee_ray.ingest.job import run_ingest
 
     tmp = tmp_path_factory.mktemp("vllm_store")
-    cut = cut_locomo(LOCOMO_PATH, tmp / "cut.json", conversations=2, sessions=1)
+    generated = generate(tmp / "generated", "locomo", conversations=2, sessions=1)  # chit-chat and work
     before = vllm_counters(vllm_server)
-    summary = run_ingest(vllm_cfg(vllm_server), str(cut), str(tmp / "store"))
+    summary = run_ingest(vllm_cfg(vllm_server), str(generated.archive), str(tmp / "store"))
     after = vllm_counters(vllm_server)
     delta = {k: after[k] - before[k] for k in after}
     return tmp / "store", summary, delta

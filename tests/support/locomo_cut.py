@@ -1,12 +1,10 @@
-"""Small LoCoMo inputs for the LLM-path tests: the first sessions of a few conversations.
+"""The first sessions of a few conversations of a LoCoMo-format file, in the same format.
 
-Tests cut the LoCoMo fixture (tests/fixtures/locomo_fixture.json, itself a cut of the shared
-dev file); benchmarks (benchmarks/bench_encode.py) cut the shared dev file itself.
-
-The LLM tests need real conversations (real speakers, dates, dia_ids and questions) but not
-their full length: a cut keeps the original format, so the real reader reads it, while an
-encode over it stays at a few dozen calls. Questions are kept only when all their evidence
-turns survive the cut, so evidence recall stays meaningful.
+Tests cut a generated archive (tests/support/generated.py) to grow a conversation session by
+session (tests/test_incremental.py); benchmarks (benchmarks/bench_encode.py --quick) cut the
+shared dev file, read at run time and never committed. A cut keeps the original format, so the
+real reader reads it. Questions are kept only when all their evidence turns survive the cut, so
+evidence recall stays meaningful.
 """
 
 from __future__ import annotations

@@ -85,8 +85,8 @@ _BUILD_SCRIPT = textwrap.dedent(
         string.printable,
         '{"records": [{"type": "fact", "text": "", "entities": [], "topics": [], "time": null}]}',
         '{"state": {"entities": [], "date_anchor": null, "open_threads": []}, "source_turn_ids": []}',
-        "[D1:3] Caroline (2023-05-08): I went to the LGBTQ support group yesterday.",
-        "[D1:4] Melanie (2023-05-08): That sounds great! What happened there?",
+        "[D1:3] Orrin (2023-03-16): I went to the pottery workshop yesterday.",
+        "[D1:4] Tessaly (2023-03-16): That sounds lovely! What did you make?",
         "routes goal search_terms answer label CORRECT WRONG granularity day week month year none",
     ] * 4
     tok = Tokenizer(models.BPE())
