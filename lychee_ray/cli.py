@@ -2,7 +2,8 @@
 
 Each subcommand parses its flags, loads the typed config, and calls one function of the
 package. Expected user errors (a missing file, a bad config, a store that does not match) are
-printed as one sentence with exit code 2, never as a traceback. An ingest that ran but counts as
+printed as one sentence with exit code 2, never as a traceback; so is a run that could not start or
+go on (Ray would not start, a stage made no progress), with exit code 1. An ingest that ran but counts as
 failed (pending conversations, more degraded segments than ingest.max_degraded_fraction, turns
 that do not add up) prints one sentence per reason after its summary and exits 1.
 """
@@ -25,6 +26,7 @@ from lychee_ray.io.fs import PathProblem, os_reason
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
 from lychee_ray.query.memory import Memory, MemoryAnswer, QueryError
+from lychee_ray.runtime.ray import RayStartError
 from lychee_ray.store.manifest import StoreError
 from lychee_ray.synth import FORMATS, STYLES, SynthError, SynthParams, write_archive
 
@@ -32,6 +34,9 @@ from lychee_ray.synth import FORMATS, STYLES, SynthError, SynthParams, write_arc
 # the user gave can raise outside our own checks (no permission, a file where a folder should be).
 OS_ERRORS = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError)
 USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, InputError, StoreError, QueryError, PathProblem, SynthError, *OS_ERRORS)
+# A run that could not start or go on (Ray would not start, a stage made no progress): one
+# sentence and rc 1, as for a run that counts as failed; what was finished is committed.
+RUN_ERRORS: tuple[type[BaseException], ...] = (RayStartError,)
 
 
 def _add_config(p: argparse.ArgumentParser, default: str | None = "configs/local.yaml") -> None:
@@ -98,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         print(f"lychee-ray {args.command}: {user_message(exc)}", file=sys.stderr)
         return 2
+    except RUN_ERRORS as exc:
+        print(f"lychee-ray {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 def user_message(exc: BaseException) -> str:

@@ -48,6 +48,11 @@ class RayConfig(_Section):
     progress_bars: bool = True  # Ray Data progress bars on stderr
     # Conversations per block read from one input file; small blocks keep memory flat.
     read_block_conversations: int = 16
+    # A local Ray that this process starts: on a loaded machine its processes can miss Ray's own
+    # startup deadlines; the start is retried this many times in all, pausing start_retry_s x
+    # the attempt number between tries.
+    start_attempts: int = Field(3, ge=1)
+    start_retry_s: float = Field(5.0, ge=0)
 
 
 class ReadConfig(_Section):

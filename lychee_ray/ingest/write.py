@@ -16,11 +16,11 @@ from lychee_ray.ingest.resume import keep_stored_on_failure, prior_cost
 from lychee_ray.runtime.pipeline import SinkStage
 from lychee_ray.runtime.stage import Resources
 from lychee_ray.schemas import Conversation
-from lychee_ray.store.rows import is_withheld, turns_in
+from lychee_ray.store.rows import is_withheld, split_turns, turns_in
 from lychee_ray.store.writer import StoreWriter, batch_id_for
 
 SUMMARY_KEYS = ("conversation_id", "status", "n_turns", "n_segments", "n_records", "degraded_segments", "turns_in",
-                "held_turns", "llm_calls", "prompt_tokens", "completion_tokens", "batch_id", "stage_seconds")
+                "split_turns", "split_parts", "held_turns", "llm_calls", "prompt_tokens", "completion_tokens", "batch_id", "stage_seconds")
 THIS_RUN_COST = ("llm_calls", "prompt_tokens", "completion_tokens")
 
 
@@ -44,6 +44,7 @@ class WriteSink(SinkStage[Conversation]):
             conv = by_id[s["conversation_id"]]
             s["degraded_segments"] = 0 if is_withheld(conv) else int(conv.stats.degraded_segments)
             s["turns_in"] = turns_in(conv)
+            s["split_turns"], s["split_parts"] = split_turns(conv)
             for key, paid in prior_cost(conv).items():  # the summary counts this run's calls only
                 if key in THIS_RUN_COST and s.get(key) is not None:
                     s[key] = int(s[key]) - int(paid or 0)
@@ -57,7 +58,8 @@ class WriteSink(SinkStage[Conversation]):
 
 def held_summary(conv: Conversation) -> dict:
     """The summary row of a grown conversation left pending and not written (`keep_stored_on_failure`)."""
-    n = turns_in(conv)
+    n_split, n_parts = split_turns(conv)
+    rows = turns_in(conv) - n_split + n_parts  # what the conservation line counts, as the store does
     return {"conversation_id": conv.conversation_id, "status": conv.status, "n_turns": 0, "n_segments": 0, "n_records": 0,
-            "degraded_segments": 0, "turns_in": n, "held_turns": n, "llm_calls": conv.stats.llm_calls,
+            "degraded_segments": 0, "turns_in": turns_in(conv), "split_turns": n_split, "split_parts": n_parts, "held_turns": rows, "llm_calls": conv.stats.llm_calls,
             "prompt_tokens": conv.stats.prompt_tokens, "completion_tokens": conv.stats.completion_tokens, "batch_id": None}

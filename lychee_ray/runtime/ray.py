@@ -5,9 +5,17 @@ the same way; `ray` is imported only when called.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
 from lychee_ray.config_sections import RayConfig
+
+log = logging.getLogger(__name__)
+
+
+class RayStartError(RuntimeError):
+    """Ray could not be started or joined; the message is one sentence for the user."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -28,8 +36,38 @@ def init_ray(cfg: RayConfig):
         # address="local" always starts a fresh local instance (a stale
         # /tmp/ray/ray_current_cluster would otherwise be joined); no token auth on loopback.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(address="local", num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=True)
+        start_local_ray(cfg)
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = cfg.progress_bars
+
+
+def start_local_ray(cfg: RayConfig) -> None:
+    """Start a private local Ray, `cfg.start_attempts` times at most. On a loaded machine the
+    GCS or the raylet can miss Ray's own startup deadlines (a fixed 30 s for the raylet); such
+    a start is cleaned up and tried again after a pause, and the last failure is one sentence."""
+    import ray
+
+    last: BaseException | None = None
+    for attempt in range(1, cfg.start_attempts + 1):
+        try:
+            ray.init(address="local", num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=True)
+            return
+        except Exception as exc:  # Ray raises Exception, RuntimeError or TimeoutError here
+            last = exc
+            log.warning("starting a local Ray failed (attempt %d of %d): %s", attempt, cfg.start_attempts, first_line(exc))
+            ray.shutdown()  # stops what the failed start left running
+            if attempt < cfg.start_attempts:
+                time.sleep(cfg.start_retry_s * attempt)
+    raise RayStartError(
+        f"could not start a local Ray in {cfg.start_attempts} attempt(s) (the last said: {first_line(last)}); "
+        f"the machine may be overloaded: retry when it is quieter, raise ray.start_attempts, "
+        f"or join a running cluster with --set ray.address=auto"
+    )
+
+
+def first_line(exc: BaseException | None) -> str:
+    """An exception as one short line: Ray's startup errors run to pages of log tails."""
+    text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else type(exc).__name__
+    return text[:300].rstrip(".")
