@@ -53,6 +53,14 @@ class RayConfig(_Section):
     # the attempt number between tries.
     start_attempts: int = Field(3, ge=1)
     start_retry_s: float = Field(5.0, ge=0)
+    # CPUs the ingest's actor pools (embed, encode, organize) leave free for its task stages
+    # (segment, write): on a cluster smaller than the pools ask for, their requests are scaled
+    # down to fit beside this, so the write always has a CPU and commits while the pools work.
+    reserve_cpus: float = Field(1.0, ge=0)
+    # Ray Data stops a run in which no stage moved for this long, and ingest says which stage
+    # held the work (what was finished is committed). None: 1800 s under the rules backend;
+    # llm.conversation_deadline_s + 600 s with an LLM (one conversation's encode may take that long).
+    no_progress_timeout_s: float | None = Field(None, gt=0)
 
 
 class ReadConfig(_Section):
@@ -91,7 +99,10 @@ class EmbeddingConfig(EndpointConfig):
     # must match the model; checked at load (local) or against every reply (openai), since the
     # store's vector columns have this width
     dim: int = Field(384, gt=0)
-    # texts per encode() call (local) or per HTTP request (openai; OpenAI allows at most 2048)
+    # texts per forward pass of the local model (sentence-transformers sorts the texts of one
+    # encode() call by length before cutting them into these, so padding stays small), or per
+    # HTTP request (openai; OpenAI allows at most 2048). What one encode() call gets is a whole
+    # work batch (ingest.batch_turns).
     batch_size: int = Field(64, gt=0)
     # openai backend only (and the endpoint fields: base_url, api_key_env, max_retries) -------
     timeout_s: float = Field(60.0, gt=0)  # per request: a batch of short texts takes well under a second
@@ -105,7 +116,6 @@ class EmbeddingConfig(EndpointConfig):
     # torch threads per embedding actor; None: all cores of the node (os.cpu_count()), which is
     # right for one actor per node; with several, divide the cores among them
     num_threads: int | None = None
-    conversations_per_batch: int = 4  # conversations per map_batches call
     # sentence_transformers on the CPU only: what runs the network. onnx / openvino: the same fp32
     # weights exported once into cache_dir, refused at load unless every probe text's vector is
     # within cosine 0.9999 of torch's; auto: the first of embedding_runtime.AUTO_ORDER that is
@@ -262,6 +272,13 @@ class IngestConfig(_Section):
     # A stored conversation whose earlier turns changed in the input: "error" records it and
     # leaves the stored one as it was; "reingest" rebuilds it from the input.
     on_changed_history: Literal["error", "reingest"] = "error"
+    # Batches sized by work: conversations are grouped in order into batches of about this many
+    # turns (a longer conversation is a batch of its own) and at most store.conversations_per_file
+    # conversations. Every stage takes one batch per call (the embed stage's one encode() call,
+    # the encoder's conversations in flight) and the write commits it as one Parquet file per
+    # table; each batch is one Ray Data block, so a few long conversations spread over every
+    # actor and a million short ones make a few thousand blocks, not a million.
+    batch_turns: int = Field(1024, ge=1)
 
 
 class OrganizeConfig(_Section):

@@ -20,6 +20,7 @@ from lychee_ray.ingest.pipeline import ingest_pipeline
 from lychee_ray.ingest.read import read_dataset, registry_actor
 from lychee_ray.ingest.summary import IngestSummary
 from lychee_ray.io.readers.files import list_input_files
+from lychee_ray.runtime.pipeline import PipelineStalled, iter_rows
 from lychee_ray.runtime.ray import init_ray
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.stored_state import StoredConversation, stored_digests
@@ -64,9 +65,13 @@ def run_ingest(
     init_ray(cfg.ray)
     registry = registry_actor()
     resume = any(s.n_turns for s in stored.values())  # a grown conversation gets its stored state
-    ds = ingest_pipeline(cfg, out_dir, resume=resume).on_ray(read_dataset(cfg, files, stored, input_path, registry))
-    for row in ds.iter_rows():
-        summary.add(row)
+    ds = ingest_pipeline(cfg, out_dir, resume=resume).on_ray(read_dataset(cfg, files, stored, input_path, registry),
+                                                            reserve_cpus=cfg.ray.reserve_cpus)
+    try:
+        for row in iter_rows(ds, no_progress_timeout(cfg)):
+            summary.add(row)
+    except PipelineStalled as exc:  # what was finished is committed; the rest is for a rerun
+        summary.stopped = stalled_sentence(exc, summary)
     import ray
 
     summary.resumed = ray.get(registry.count_unchanged.remote())
@@ -77,6 +82,20 @@ def run_ingest(
     summary.wall_s = time.perf_counter() - start
     summary.mean_exchanges_per_segment = _mean_exchanges(out_dir)
     return summary
+
+
+def no_progress_timeout(cfg: LycheeConfig) -> float:
+    """How long a run may go with no stage moving (`ray.no_progress_timeout_s`; see its default)."""
+    if cfg.ray.no_progress_timeout_s is not None:
+        return cfg.ray.no_progress_timeout_s
+    return 1800.0 if cfg.llm.backend == "rules" else cfg.llm.conversation_deadline_s + 600.0
+
+
+def stalled_sentence(exc: PipelineStalled, summary: IngestSummary) -> str:
+    held = f"work held by {'stage' if len(exc.stages) == 1 else 'stages'} {' and '.join(exc.stages)}" if exc.stages else "every task waiting for a CPU"
+    return (f"the run stopped: no stage made progress for {exc.timeout_s:.0f} s (ray.no_progress_timeout_s), with {held}; "
+            f"the {summary.conversations} conversations written before are committed, and running the same command again "
+            f"resumes after them.")
 
 
 def _stored(out_dir: str, cfg: LycheeConfig, redo: tuple[str, ...]) -> dict[str, StoredConversation]:

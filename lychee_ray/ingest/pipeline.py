@@ -15,7 +15,7 @@ from lychee_ray.ingest.evidence_nodes import OrganizeStage
 from lychee_ray.ingest.resume import ResumeStage
 from lychee_ray.ingest.segment import SegmentStage
 from lychee_ray.ingest.write import WriteSink
-from lychee_ray.runtime.pipeline import Pipeline
+from lychee_ray.runtime.pipeline import Pipeline, WorkBatches
 
 STAGE_ORDER = ("resume", "embed", "segment", "encode", "organize")
 
@@ -35,4 +35,6 @@ def ingest_pipeline(cfg: LycheeConfig, out_dir: str, *, resume: bool = False, st
     names = [n for n in STAGE_ORDER[STAGE_ORDER.index(start):] if n != "resume" or resume]
     if resume and start != "resume":
         names.insert(0, "resume")
-    return Pipeline([factories[n] for n in names], partial(WriteSink, cfg, out_dir))
+    # batches sized by work: about ingest.batch_turns turns, at most one Parquet file's conversations
+    batching = WorkBatches(cfg.ingest.batch_turns, cfg.store.conversations_per_file)
+    return Pipeline([factories[n] for n in names], partial(WriteSink, cfg, out_dir), batching=batching)

@@ -33,6 +33,7 @@ class IngestSummary:
     # one sentence per reason the run counts as failed (pending conversations, too many degraded
     # segments, turns that do not add up); the CLI prints them and exits non-zero
     failures: list[str] = field(default_factory=list)
+    stopped: str | None = None  # why the run stopped before its input was done (a stage made no progress)
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -109,7 +110,7 @@ class IngestSummary:
 
     def assess(self, cfg: LycheeConfig) -> list[str]:
         """The run's failures, one sentence each (also kept in `failures`)."""
-        out = []
+        out = [self.stopped] if self.stopped else []
         pending = self.by_status.get("pending", 0)
         if pending:
             out.append(
