@@ -42,6 +42,7 @@ def flaky(monkeypatch):
         monkeypatch.setattr(ray, "shutdown", fake.shutdown)
         monkeypatch.setattr(ray, "is_initialized", lambda: False)
         monkeypatch.setattr(ray_start.time, "sleep", lambda s: None)
+        monkeypatch.setattr(ray_start, "start_reaper", lambda: None)  # no Ray was started
         return fake
 
     return make

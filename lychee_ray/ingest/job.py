@@ -65,7 +65,7 @@ def run_ingest(
     init_ray(cfg.ray)
     registry = registry_actor()
     resume = any(s.n_turns for s in stored.values())  # a grown conversation gets its stored state
-    ds = ingest_pipeline(cfg, out_dir, resume=resume).on_ray(read_dataset(cfg, files, stored, input_path, registry),
+    ds = ingest_pipeline(cfg, out_dir, resume=resume, lease=registry).on_ray(read_dataset(cfg, files, stored, input_path, registry),
                                                             reserve_cpus=cfg.ray.reserve_cpus)
     try:
         for row in iter_rows(ds, no_progress_timeout(cfg)):

@@ -21,10 +21,11 @@ STAGE_ORDER = ("resume", "embed", "segment", "encode", "organize")
 
 
 def ingest_pipeline(cfg: LycheeConfig, out_dir: str, *, resume: bool = False, start: str = "embed",
-                    embedder=None) -> Pipeline:
+                    embedder=None, lease=None) -> Pipeline:
     """The stages from `start` on (resume first when the store holds conversations that may have
     grown), then the write sink into `out_dir`. `embedder`: a loaded model the embedding stages
-    share instead of loading their own (in process)."""
+    share instead of loading their own (in process). `lease`: the driver's actor, which the
+    write asks before each commit (none is made once the driver is gone)."""
     factories = {
         "resume": partial(ResumeStage, cfg, out_dir),
         "embed": partial(EmbedTurnsStage, cfg, embedder),
@@ -37,4 +38,4 @@ def ingest_pipeline(cfg: LycheeConfig, out_dir: str, *, resume: bool = False, st
         names.insert(0, "resume")
     # batches sized by work: about ingest.batch_turns turns, at most one Parquet file's conversations
     batching = WorkBatches(cfg.ingest.batch_turns, cfg.store.conversations_per_file)
-    return Pipeline([factories[n] for n in names], partial(WriteSink, cfg, out_dir), batching=batching)
+    return Pipeline([factories[n] for n in names], partial(WriteSink, cfg, out_dir, lease), batching=batching)

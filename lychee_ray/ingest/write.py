@@ -10,10 +10,12 @@ this run's LLM cost (a grown conversation's stored cost left out) and the stage 
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.ingest.resume import keep_stored_on_failure, prior_cost
 from lychee_ray.runtime.pipeline import SinkStage
+from lychee_ray.runtime.ray import check_driver
 from lychee_ray.runtime.stage import Resources
 from lychee_ray.schemas import Conversation
 from lychee_ray.store.rows import is_withheld, split_turns, turns_in
@@ -28,8 +30,9 @@ class WriteSink(SinkStage[Conversation]):
     name = "write"
     row_keys = SUMMARY_KEYS
 
-    def __init__(self, cfg: LycheeConfig, out_dir: str):
+    def __init__(self, cfg: LycheeConfig, out_dir: str, lease=None):
         self.cfg, self.out_dir = cfg, out_dir
+        self.lease = lease  # the driver's actor (`runtime.ray.check_driver`): no commit once the driver is gone
         # a task, not an actor: it holds nothing, and half a CPU is always free beside the pools
         self.resources = Resources(num_cpus=0.5, batch_size=cfg.store.conversations_per_file)
 
@@ -37,7 +40,8 @@ class WriteSink(SinkStage[Conversation]):
         convs, held = keep_stored_on_failure(convs)
         for c in convs:
             c.stats.wall_s = sum(c.seconds.values())
-        summaries = StoreWriter(self.out_dir, self.cfg).write_batch(convs) if convs else []
+        check_driver(self.lease)  # before the parts, and again before the commit marker
+        summaries = StoreWriter(self.out_dir, self.cfg).write_batch(convs, before_commit=partial(check_driver, self.lease)) if convs else []
         by_id = {c.conversation_id: c for c in convs}
         batch_id = batch_id_for(c.conversation_id for c in convs)  # the driver counts this run's turns by it
         for s in summaries:  # for the run's checks: degraded segments as committed, turns as read

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
 
 from lychee_ray.config_sections import RayConfig
@@ -53,6 +55,7 @@ def start_local_ray(cfg: RayConfig) -> None:
     for attempt in range(1, cfg.start_attempts + 1):
         try:
             ray.init(address="local", num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=True)
+            start_reaper()
             return
         except Exception as exc:  # Ray raises Exception, RuntimeError or TimeoutError here
             last = exc
@@ -67,7 +70,41 @@ def start_local_ray(cfg: RayConfig) -> None:
     )
 
 
+_reaper: subprocess.Popen | None = None  # kept: it runs as long as this driver does
+
+
+def start_reaper() -> None:
+    """`runtime/reaper.py` beside this driver: if it is killed, its local Ray goes with it."""
+    global _reaper
+    if not os.path.isdir("/proc"):
+        return
+    _reaper = subprocess.Popen([sys.executable, "-m", "lychee_ray.runtime.reaper", str(os.getpid())],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def first_line(exc: BaseException | None) -> str:
     """An exception as one short line: Ray's startup errors run to pages of log tails."""
     text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else type(exc).__name__
     return text[:300].rstrip(".")
+
+
+# --------------------------------------------------------------------------------------------
+# A run's workers stop with its driver
+# --------------------------------------------------------------------------------------------
+class RunAbandoned(RuntimeError):
+    """The driver of this run is gone: a worker must not commit anything more."""
+
+
+def check_driver(lease, timeout_s: float = 60.0) -> None:
+    """Raise `RunAbandoned` unless the run's driver is alive. `lease`: a handle to an actor the
+    driver created (Ray kills it when its owner dies) and that answers `alive()`; None: no check
+    (a run in one process). A worker that keeps writing after a `kill -9` of its driver would
+    commit batches of a run that no longer exists, racing a rerun's cleanup of the same store."""
+    if lease is None:
+        return
+    import ray
+
+    try:
+        ray.get(lease.alive.remote(), timeout=timeout_s)
+    except Exception as exc:  # the actor died with its owner, or the raylet/GCS is gone, or no answer in time
+        raise RunAbandoned(f"the driver of this run is gone ({type(exc).__name__}): nothing more is committed") from None
