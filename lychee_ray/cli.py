@@ -1,4 +1,4 @@
-"""`lychee-ray` command line: ingest, evaluate, query, serve, ablate, synth.
+"""`lychee-ray` command line: ingest, compact, evaluate, query, serve, ablate, synth.
 
 Each subcommand parses its flags, loads the typed config, and calls one function of the
 package. Expected user errors (a missing file, a bad config, a store that does not match) are
@@ -27,6 +27,7 @@ from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
 from lychee_ray.query.memory import Memory, MemoryAnswer, QueryError
 from lychee_ray.runtime.ray import RayStartError
+from lychee_ray.store.compact import compact_store
 from lychee_ray.store.manifest import StoreError
 from lychee_ray.synth import FORMATS, STYLES, SynthError, SynthParams, write_archive
 
@@ -58,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--redo", default="", metavar="STATUSES",
                    help=f"comma-separated statuses of stored conversations to process again, replacing their rows: "
                         f"{','.join(REDO_STATUSES)} (pending ones are redone by every run)")
+
+    p = sub.add_parser("compact", help="rewrite a store's many small parts into a few large ones (atomically, by commits)")
+    _add_config(p)
+    p.add_argument("--store", required=True)
+    p.add_argument("--turns-per-file", type=int, default=65_536, help="turn rows per new part (default: %(default)s)")
 
     p = sub.add_parser("evaluate", help="answer and judge the store's questions; writes answers + report.md")
     _add_config(p)
@@ -123,6 +129,11 @@ def cmd_ingest(args, cfg) -> int:
     for failure in summary.failures:
         print(f"lychee-ray ingest: {failure}", file=sys.stderr)
     return 1 if summary.failures else 0
+
+
+def cmd_compact(args, cfg) -> int:
+    print(compact_store(args.store, cfg, turns_per_file=args.turns_per_file).render())
+    return 0
 
 
 def cmd_evaluate(args, cfg) -> int:
@@ -200,7 +211,7 @@ def cmd_synth(args, cfg) -> int:
     return 0
 
 
-COMMANDS = {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "query": cmd_query, "serve": cmd_serve, "ablate": cmd_ablate, "synth": cmd_synth}
+COMMANDS = {"ingest": cmd_ingest, "compact": cmd_compact, "evaluate": cmd_evaluate, "query": cmd_query, "serve": cmd_serve, "ablate": cmd_ablate, "synth": cmd_synth}
 
 if __name__ == "__main__":
     sys.exit(main())
