@@ -6,9 +6,12 @@ nothing moves stopping with a sentence that names the stage."""
 from __future__ import annotations
 
 import json
+import pickle
+import random
 import time
 from functools import partial
 
+import pyarrow as pa
 import pytest
 import ray
 
@@ -17,6 +20,7 @@ from lychee_ray.ingest.job import stalled_sentence
 from lychee_ray.ingest.summary import IngestSummary
 from lychee_ray.runtime.pipeline import Pipeline, PipelineStalled, WorkBatches, fit_pools, iter_rows, stalled_stages
 from lychee_ray.runtime.stage import Resources, pack, unpack
+from lychee_ray.store.stored_state import StoredConversation, StoredIndex
 
 from .support.slow_stages import CommitSink, Greedy, Hang, conversation
 
@@ -96,3 +100,18 @@ def test_a_stalled_ingest_fails_with_one_sentence_naming_the_stage():
                                "stage encode; the 12 conversations written before are committed, and running the same command "
                                "again resumes after them.")
     assert summary.assess(LycheeConfig())[0] == summary.stopped
+
+
+def test_the_stored_index_answers_as_the_dict_did_and_travels_as_arrow():
+    rng = random.Random(0)
+    ids = [f"conv-{rng.randrange(10**9):09d}-é" for _ in range(2000)]
+    rows = {cid: (rng.randrange(1, 50), f"d{k}", rng.choice(["ok", "degraded", "error"])) for k, cid in enumerate(ids)}
+    index = StoredIndex(pa.table({"conversation_id": list(rows), "n_turns": [r[0] for r in rows.values()],
+                                  "turns_digest": [r[1] for r in rows.values()], "status": [r[2] for r in rows.values()]}))
+    again = pickle.loads(pickle.dumps(index, protocol=5))
+    for cid, (n, digest, status) in list(rows.items())[:300]:
+        assert again[cid] == StoredConversation(n, digest, status) and cid in again
+    for missing in ("", "conv-", "zzz", ids[0] + "x", 7):
+        assert missing not in again and again.get(missing) is None
+    assert len(again) == len(rows) and sorted(again) == sorted(rows) and again.any_turns()
+    assert not StoredIndex.empty().any_turns() and len(StoredIndex.empty()) == 0

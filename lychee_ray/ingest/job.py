@@ -23,7 +23,7 @@ from lychee_ray.io.readers.files import list_input_files
 from lychee_ray.runtime.pipeline import PipelineStalled, iter_rows
 from lychee_ray.runtime.ray import init_ray
 from lychee_ray.store.reader import open_store
-from lychee_ray.store.stored_state import StoredConversation, stored_digests
+from lychee_ray.store.stored_state import StoredIndex, stored_digests
 from lychee_ray.store.writer import finalize_manifest, prepare_output, turn_accounts
 from lychee_ray.tokens import token_counter
 
@@ -60,11 +60,11 @@ def run_ingest(
     files = list_input_files(input_path, exclude=out_dir)  # an output inside the input is not input
     tokenizer = token_counter(cfg.tokenizer_spec).name  # a tokenizer that cannot load fails here, before any work
     done_ids = prepare_output(out_dir, cfg, force=force, redo_statuses=redo)
-    stored = _stored(out_dir, cfg, redo) if done_ids else {}
+    stored = _stored(out_dir, cfg, redo) if done_ids else StoredIndex.empty()
     summary = IngestSummary(out_dir=out_dir, files=len(files), tokenizer=tokenizer)
     init_ray(cfg.ray)
     registry = registry_actor()
-    resume = any(s.n_turns for s in stored.values())  # a grown conversation gets its stored state
+    resume = stored.any_turns()  # a grown conversation gets its stored state
     ds = ingest_pipeline(cfg, out_dir, resume=resume, lease=registry).on_ray(read_dataset(cfg, files, stored, input_path, registry),
                                                             reserve_cpus=cfg.ray.reserve_cpus)
     try:
@@ -98,7 +98,7 @@ def stalled_sentence(exc: PipelineStalled, summary: IngestSummary) -> str:
             f"resumes after them.")
 
 
-def _stored(out_dir: str, cfg: LycheeConfig, redo: tuple[str, ...]) -> dict[str, StoredConversation]:
+def _stored(out_dir: str, cfg: LycheeConfig, redo: tuple[str, ...]) -> StoredIndex:
     """The committed conversations a read task compares its input with; those in a redo state
     (and `pending` ones, always) are left out, so they are processed whole as if new."""
     with open_store(out_dir, cfg) as store:
