@@ -71,7 +71,7 @@ def vector_differences(a: Path, b: Path) -> dict[str, dict]:
         on = " AND ".join(f"x.{k} = y.{k}" for k in key)
         matched, differ, worst = con.execute(
             f"SELECT count(*), count(*) FILTER (WHERE x.embedding != y.embedding), "
-            f"max(list_max(list_transform(list_zip(x.embedding, y.embedding), p -> abs(p[1] - p[2])))) "
+            f"max(list_max(list_transform(list_zip(x.embedding, y.embedding), lambda p: abs(p[1] - p[2])))) "
             f"FROM read_parquet(?) x JOIN read_parquet(?) y ON {on} WHERE x.embedding IS NOT NULL AND y.embedding IS NOT NULL",
             files,
         ).fetchone()
