@@ -1,8 +1,9 @@
-"""`lychee-ray` command line: ingest, evaluate, query, serve, ablate, synth.
+"""`lychee-ray` command line: ingest, compact, evaluate, query, serve, ablate, synth.
 
 Each subcommand parses its flags, loads the typed config, and calls one function of the
 package. Expected user errors (a missing file, a bad config, a store that does not match) are
-printed as one sentence with exit code 2, never as a traceback. An ingest that ran but counts as
+printed as one sentence with exit code 2, never as a traceback; so is a run that could not start or
+go on (Ray would not start, a stage made no progress), with exit code 1. An ingest that ran but counts as
 failed (pending conversations, more degraded segments than ingest.max_degraded_fraction, turns
 that do not add up) prints one sentence per reason after its summary and exits 1.
 """
@@ -25,6 +26,8 @@ from lychee_ray.io.fs import PathProblem, os_reason
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
 from lychee_ray.query.memory import Memory, MemoryAnswer, MemoryItem, QueryError
+from lychee_ray.runtime.ray import RayStartError
+from lychee_ray.store.compact import compact_store
 from lychee_ray.store.manifest import StoreError
 from lychee_ray.synth import FORMATS, STYLES, SynthError, SynthParams, write_archive
 
@@ -32,6 +35,9 @@ from lychee_ray.synth import FORMATS, STYLES, SynthError, SynthParams, write_arc
 # the user gave can raise outside our own checks (no permission, a file where a folder should be).
 OS_ERRORS = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError)
 USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, InputError, StoreError, QueryError, PathProblem, SynthError, *OS_ERRORS)
+# A run that could not start or go on (Ray would not start, a stage made no progress): one
+# sentence and rc 1, as for a run that counts as failed; what was finished is committed.
+RUN_ERRORS: tuple[type[BaseException], ...] = (RayStartError,)
 
 
 def _add_config(p: argparse.ArgumentParser, default: str | None = "configs/local.yaml") -> None:
@@ -53,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--redo", default="", metavar="STATUSES",
                    help=f"comma-separated statuses of stored conversations to process again, replacing their rows: "
                         f"{','.join(REDO_STATUSES)} (pending ones are redone by every run)")
+
+    p = sub.add_parser("compact", help="rewrite a store's many small parts into a few large ones (atomically, by commits)")
+    _add_config(p)
+    p.add_argument("--store", required=True)
+    p.add_argument("--turns-per-file", type=int, default=65_536, help="turn rows per new part (default: %(default)s)")
 
     p = sub.add_parser("evaluate", help="answer and judge the store's questions; writes answers + report.md")
     _add_config(p)
@@ -98,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         print(f"lychee-ray {args.command}: {user_message(exc)}", file=sys.stderr)
         return 2
+    except RUN_ERRORS as exc:
+        print(f"lychee-ray {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 def user_message(exc: BaseException) -> str:
@@ -115,6 +129,11 @@ def cmd_ingest(args, cfg) -> int:
     for failure in summary.failures:
         print(f"lychee-ray ingest: {failure}", file=sys.stderr)
     return 1 if summary.failures else 0
+
+
+def cmd_compact(args, cfg) -> int:
+    print(compact_store(args.store, cfg, turns_per_file=args.turns_per_file).render())
+    return 0
 
 
 def cmd_evaluate(args, cfg) -> int:
@@ -198,7 +217,7 @@ def cmd_synth(args, cfg) -> int:
     return 0
 
 
-COMMANDS = {"ingest": cmd_ingest, "evaluate": cmd_evaluate, "query": cmd_query, "serve": cmd_serve, "ablate": cmd_ablate, "synth": cmd_synth}
+COMMANDS = {"ingest": cmd_ingest, "compact": cmd_compact, "evaluate": cmd_evaluate, "query": cmd_query, "serve": cmd_serve, "ablate": cmd_ablate, "synth": cmd_synth}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -95,6 +95,13 @@ class LycheeConfig(_Section):
                 query[key] = value
                 warnings.warn(f"evaluate.{key} is deprecated: it is now query.{key} (read as such this release)", FutureWarning, stacklevel=2)
             data["evaluate"], data["query"] = evaluate, query
+        embedding = data.get("embedding")
+        if isinstance(embedding, dict) and "conversations_per_batch" in embedding:
+            embedding = dict(embedding)
+            embedding.pop("conversations_per_batch")
+            warnings.warn("embedding.conversations_per_batch is deprecated and ignored: batches are sized by work (ingest.batch_turns)",
+                          FutureWarning, stacklevel=2)
+            data["embedding"] = embedding
         retrieval = data.get("retrieval")
         if isinstance(retrieval, dict) and "engine" in retrieval:
             retrieval = dict(retrieval)

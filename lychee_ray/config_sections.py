@@ -48,6 +48,19 @@ class RayConfig(_Section):
     progress_bars: bool = True  # Ray Data progress bars on stderr
     # Conversations per block read from one input file; small blocks keep memory flat.
     read_block_conversations: int = 16
+    # A local Ray that this process starts: on a loaded machine its processes can miss Ray's own
+    # startup deadlines; the start is retried this many times in all, pausing start_retry_s x
+    # the attempt number between tries.
+    start_attempts: int = Field(3, ge=1)
+    start_retry_s: float = Field(5.0, ge=0)
+    # CPUs the ingest's actor pools (embed, encode, organize) leave free for its task stages
+    # (segment, write): on a cluster smaller than the pools ask for, their requests are scaled
+    # down to fit beside this, so the write always has a CPU and commits while the pools work.
+    reserve_cpus: float = Field(1.0, ge=0)
+    # Ray Data stops a run in which no stage moved for this long, and ingest says which stage
+    # held the work (what was finished is committed). None: 1800 s under the rules backend;
+    # llm.conversation_deadline_s + 600 s with an LLM (one conversation's encode may take that long).
+    no_progress_timeout_s: float | None = Field(None, gt=0)
 
 
 class ReadConfig(_Section):
@@ -86,7 +99,10 @@ class EmbeddingConfig(EndpointConfig):
     # must match the model; checked at load (local) or against every reply (openai), since the
     # store's vector columns have this width
     dim: int = Field(384, gt=0)
-    # texts per encode() call (local) or per HTTP request (openai; OpenAI allows at most 2048)
+    # texts per forward pass of the local model (sentence-transformers sorts the texts of one
+    # encode() call by length before cutting them into these, so padding stays small), or per
+    # HTTP request (openai; OpenAI allows at most 2048). What one encode() call gets is a whole
+    # work batch (ingest.batch_turns).
     batch_size: int = Field(64, gt=0)
     # openai backend only (and the endpoint fields: base_url, api_key_env, max_retries) -------
     timeout_s: float = Field(60.0, gt=0)  # per request: a batch of short texts takes well under a second
@@ -100,7 +116,6 @@ class EmbeddingConfig(EndpointConfig):
     # torch threads per embedding actor; None: all cores of the node (os.cpu_count()), which is
     # right for one actor per node; with several, divide the cores among them
     num_threads: int | None = None
-    conversations_per_batch: int = 4  # conversations per map_batches call
     # A turn longer than this many of the model's tokens is also embedded as passages (its blocks
     # packed up to this size, ingest/passages.py), so a long reply is found by its best passage,
     # not by its first sentences alone. None: a local model's window (MiniLM: 254); 0: no passages.
@@ -261,6 +276,13 @@ class IngestConfig(_Section):
     # A stored conversation whose earlier turns changed in the input: "error" records it and
     # leaves the stored one as it was; "reingest" rebuilds it from the input.
     on_changed_history: Literal["error", "reingest"] = "error"
+    # Batches sized by work: conversations are grouped in order into batches of about this many
+    # turns (a longer conversation is a batch of its own) and at most store.conversations_per_file
+    # conversations. Every stage takes one batch per call (the embed stage's one encode() call,
+    # the encoder's conversations in flight) and the write commits it as one Parquet file per
+    # table; each batch is one Ray Data block, so a few long conversations spread over every
+    # actor and a million short ones make a few thousand blocks, not a million.
+    batch_turns: int = Field(1024, ge=1)
 
 
 class OrganizeConfig(_Section):

@@ -146,8 +146,11 @@ def line_chart(
     title: str,
     xlabel: str,
     ylabel: str,
+    *,
+    log_x: bool = False,
 ) -> Path:
-    """One marked line per series over the shared `x` (e.g. recall vs. token budget)."""
+    """One marked line per series over the shared `x` (e.g. recall vs. token budget); `log_x`:
+    a logarithmic x axis (sizes a decade apart)."""
     if not series:
         raise ValueError("line_chart needs at least one series")
     fig = _new_figure()
@@ -156,6 +159,8 @@ def line_chart(
         if len(values) != len(x):
             raise ValueError(f"series {name!r} has {len(values)} values for {len(x)} x values")
         ax.plot(list(x), [_value(v) for v in values], marker="o", label=name)
+    if log_x:
+        ax.set_xscale("log")
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

@@ -22,13 +22,14 @@ from lychee_ray.config import load_config
 from lychee_ray.ingest.summary import IngestSummary
 from lychee_ray.io.readers.files import list_input_files, read_file
 from lychee_ray.store.reader import open_store
-from lychee_ray.store.rows import DROPPED_TURN_SQL, is_dropped_turn, turns_in
+from lychee_ray.store.rows import DROPPED_TURN_SQL, is_dropped_turn, split_turns, turns_in
 
 from .conftest import FIXTURES, REPO
 from .test_hostile_read import DEEP, chat, locomo_sample, lturn, make_store_folder
 
 LOCAL = REPO / "configs" / "local.yaml"
-LINE = re.compile(r"turns: (\d+) in (=|!=) (\d+) stored \+ (\d+) recorded in errors \+ (\d+) in duplicate rows \+ (\d+) pending")
+LINE = re.compile(r"turns: (?P<n_in>\d+) in(?: \((?P<split>\d+) split into (?P<parts>\d+) parts: (?P<rows>\d+) turn rows\))? (?P<sign>=|!=) "
+                  r"(?P<stored>\d+) stored \+ (?P<errors>\d+) recorded in errors \+ (?P<dups>\d+) in duplicate rows \+ (?P<pending>\d+) pending")
 
 
 def lines(*objs) -> str:
@@ -93,8 +94,10 @@ def test_the_conservation_line_holds_for_every_bad_input_fixture(ray_local, tmp_
     assert rc == 0, captured.err
     last = captured.out.strip().splitlines()[-1].strip()
     m = LINE.fullmatch(last)
-    assert m and m.group(2) == "=", last
-    n_in, stored, in_errors, in_duplicates, pending = (int(m.group(i)) for i in (1, 3, 4, 5, 6))
+    assert m and m["sign"] == "=", last
+    n_in, stored, in_errors, in_duplicates, pending = (int(m[k]) for k in ("n_in", "stored", "errors", "dups", "pending"))
+    assert int(m["split"]) == 1 and int(m["parts"]) > 2  # the one long turn: counted once, its parts apart
+    assert int(m["rows"]) == n_in - 1 + int(m["parts"]) == stored + in_errors + in_duplicates + pending
 
     # N: the same files read here, one by one, with the job's reader settings
     read = load_config(LOCAL).read
@@ -119,6 +122,25 @@ def test_the_conservation_line_holds_for_every_bad_input_fixture(ray_local, tmp_
     assert con.execute("select count(*) from errors where kind = 'turn_split'").fetchone()[0] == 1
 
 
+def test_a_split_turn_counts_once_and_its_parts_apart(tmp_path):
+    """10 input turns, 2 of them far over read.max_turn_tokens: 10 in, not the rows they became."""
+    conv = chat("long", 10)
+    for k in (3, 7):
+        conv["turns"][k]["content"] = "The ferry to the island left late because of the storm. " * 120
+    path = tmp_path / "long.jsonl"
+    path.write_text(lines(conv))
+    (read,) = read_file(str(path), load_config(LOCAL).read_settings)
+    n_split, n_parts = split_turns(read)
+    assert n_split == 2 and n_parts == len(read.turns) - 8 > 4
+    assert turns_in(read) == 10
+    summary = IngestSummary(out_dir="store", turns_in=10, split_turns=n_split, split_parts=n_parts, segments=1,
+                            turn_accounts={"stored": len(read.turns), "errors": 0, "pending": 0, "duplicate_id": 0})
+    line = summary.conservation_line()
+    assert line.startswith(f"turns: 10 in (2 split into {n_parts} parts: {len(read.turns)} turn rows) = {len(read.turns)} stored + ")
+    assert LINE.fullmatch(line)["sign"] == "="
+    assert [f for f in summary.assess(load_config(LOCAL)) if "turns" in f] == []
+
+
 def summary_with(turns_in: int, **accounts) -> IngestSummary:
     acc = {"stored": 0, "errors": 0, "pending": 0, "duplicate_id": 0, "changed_history": 0, **accounts}
     return IngestSummary(out_dir="store", turns_in=turns_in, turn_accounts=acc, segments=10)
@@ -132,7 +154,7 @@ def test_turns_that_do_not_add_up_fail_the_run_in_one_sentence():
     short = summary_with(12, stored=6, errors=2, duplicate_id=1, pending=2)
     assert short.render().splitlines()[-1] == "  turns: 12 in != 6 stored + 2 recorded in errors + 1 in duplicate rows + 2 pending"
     (failure,) = [f for f in short.assess(cfg) if "turns" in f]
-    assert failure.startswith("turns do not add up: the read stage saw 12 but the store accounts for 11 (turns: 12 in != 6 stored")
+    assert failure.startswith("turns do not add up: the read stage saw 12 (turn rows) but the store accounts for 11 (turns: 12 in != 6 stored")
     assert failure.endswith("the store in store is missing rows or holds extra ones.")
     changed = summary_with(5, stored=2, changed_history=3)
     assert changed.conservation_line() == "turns: 5 in = 2 stored + 0 recorded in errors + 0 in duplicate rows + 3 in changed-history rows + 0 pending"

@@ -18,10 +18,11 @@ import pytest
 from lychee_ray.config import load_config
 from lychee_ray.ingest.job import run_ingest
 from lychee_ray.store.reader import open_store
+from lychee_ray.synth import SynthParams, write_archive
 
 from .conftest import REPO
 from .support.generated import generate
-from .support.kill import kill_session
+from .support.kill import kill_session, session_pids
 
 pytest_plugins = ("tests.support.generated",)  # the session's generated archive and its store
 
@@ -180,3 +181,44 @@ def test_kill_minus_9_then_resume_gives_complete_duplicate_free_tables(tmp_path,
     # no debris of the killed run is visible as data
     n_files = duckdb.sql(f"select count(*) from read_parquet('{killed}/turns/*.parquet')").fetchall()[0][0]
     assert n_files == b.execute("select count(*) from turns").fetchone()[0]
+
+
+def test_a_killed_drivers_workers_stop_committing_and_its_ray_goes_with_it(tmp_path, ray_local):
+    """kill -9 of the driver alone, in the middle of the writes (issue 31): its workers made no
+    more than the commits already under way (they had gone from 6 to 24 within 30 s), and no
+    process of its local Ray is left; a rerun then completes the store."""
+    n = 40
+    archive = write_archive(tmp_path / "synth", SynthParams(conversations=n, sessions=2, turns_per_session=6, style="chitchat"))
+    inp, out = archive.out / "archive", tmp_path / "killed"
+    cmd = [sys.executable, "-m", "lychee_ray.cli", "ingest", "--config", str(LOCAL), "--input", str(inp), "--out", str(out),
+           "--set", "store.conversations_per_file=1", "--set", "ray.progress_bars=false", "--set", "ray.num_cpus=2"]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    log_path = tmp_path / "killed-run.log"
+    commits = out / "_commits"
+    count = lambda: len(list(commits.glob("*.json"))) if commits.exists() else 0  # noqa: E731
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None and count() < 2:
+            time.sleep(0.02)
+        assert proc.poll() is None, "ingest ended before it could be killed: " + log_path.read_text(errors="replace")[-3000:]
+        os.kill(proc.pid, 9)  # the driver only, as an operator's kill -9 of the job does
+        proc.wait()
+        at_kill = count()
+        assert at_kill < n, "every batch was committed before the kill"
+        deadline = time.time() + 30
+        while time.time() < deadline and session_pids(proc.pid):
+            time.sleep(0.5)
+        left = session_pids(proc.pid)
+        time.sleep(10)  # what an orphaned worker would still commit
+        after = count()
+    finally:
+        kill_session(proc)
+    assert after - at_kill <= 2, f"{after - at_kill} commits after the driver died ({at_kill} -> {after})"
+    assert left == [], f"{len(left)} processes of the killed run are still alive 30 s later"
+    rerun = run_ingest(local_cfg("store.conversations_per_file=1"), str(inp), str(out))
+    assert rerun.resumed == after and rerun.conversations == n - after
+    con = open_store(str(out)).con
+    assert con.execute("select count(*), count(distinct conversation_id) from conversations").fetchone() == (n, n)

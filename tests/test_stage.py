@@ -88,8 +88,9 @@ def test_apply_stage_uses_the_declared_resources():
     apply_stage(ds, partial(Waiter, 3))
     apply_stage(ds, partial(Waiter, 1), batch_size=50)
     (fn0, kw0), (fn1, kw1), (_, kw2) = ds.calls
-    assert fn0.__name__ == "_run_stateless" and kw0["num_cpus"] == 0.5 and kw0["batch_size"] == 3 and "compute" not in kw0
-    assert fn1 is AsyncStageUDF and kw1["compute"].max_size == 3
+    # the operator is named after the stage (Ray Data's progress bars, a stalled run's sentence)
+    assert fn0.__name__ == "boom" and kw0["num_cpus"] == 0.5 and kw0["batch_size"] == 3 and "compute" not in kw0
+    assert issubclass(fn1, AsyncStageUDF) and fn1.__name__ == "wait" and kw1["compute"].max_size == 3
     assert (kw1["num_cpus"], kw1["num_gpus"], kw1["batch_size"]) == (0.25, 0.5, 7)
     assert kw2["batch_size"] == 50
 

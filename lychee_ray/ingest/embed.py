@@ -47,7 +47,8 @@ class EmbedTurnsStage(Stage[Conversation]):
         self.cfg = cfg.embedding
         emb = cfg.embedding
         # one model copy per actor: on a small machine a second copy only competes for cores
-        self.resources = Resources(num_cpus=1, num_gpus=emb.num_gpus_per_actor, num_actors=emb.num_actors, batch_size=emb.conversations_per_batch)
+        # batch_size None: one work batch per call (ingest.batch_turns, `Pipeline.batching`)
+        self.resources = Resources(num_cpus=1, num_gpus=emb.num_gpus_per_actor, num_actors=emb.num_actors, batch_size=None)
         self.embedder = embedder  # a loaded model to share (the ablation grid's); else loaded in setup()
 
     def setup(self) -> None:

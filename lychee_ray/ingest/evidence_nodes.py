@@ -165,7 +165,8 @@ class OrganizeStage(Stage[Conversation]):
     def __init__(self, cfg: LycheeConfig, embedder: Embedder | None = None):
         self.cfg, self.emb_cfg = cfg.organize, cfg.embedding
         emb = cfg.embedding
-        self.resources = Resources(num_cpus=1, num_gpus=emb.num_gpus_per_actor, num_actors=emb.num_actors, batch_size=emb.conversations_per_batch)
+        # batch_size None: one work batch per call (ingest.batch_turns, `Pipeline.batching`)
+        self.resources = Resources(num_cpus=1, num_gpus=emb.num_gpus_per_actor, num_actors=emb.num_actors, batch_size=None)
         self.embedder = embedder  # a loaded model to share (the ablation grid's); else loaded in setup()
         self.vector_kinds = frozenset(self.cfg.vector_node_kinds)
         self.name_vectors = VectorCache(self.cfg.name_cache_entries)

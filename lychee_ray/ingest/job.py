@@ -20,9 +20,10 @@ from lychee_ray.ingest.pipeline import ingest_pipeline
 from lychee_ray.ingest.read import read_dataset, registry_actor
 from lychee_ray.ingest.summary import IngestSummary
 from lychee_ray.io.readers.files import list_input_files
+from lychee_ray.runtime.pipeline import PipelineStalled, iter_rows
 from lychee_ray.runtime.ray import init_ray
 from lychee_ray.store.reader import open_store
-from lychee_ray.store.stored_state import StoredConversation, stored_digests
+from lychee_ray.store.stored_state import StoredIndex, stored_digests
 from lychee_ray.store.writer import finalize_manifest, prepare_output, turn_accounts
 from lychee_ray.tokens import token_counter
 
@@ -59,14 +60,18 @@ def run_ingest(
     files = list_input_files(input_path, exclude=out_dir)  # an output inside the input is not input
     tokenizer = token_counter(cfg.tokenizer_spec).name  # a tokenizer that cannot load fails here, before any work
     done_ids = prepare_output(out_dir, cfg, force=force, redo_statuses=redo)
-    stored = _stored(out_dir, cfg, redo) if done_ids else {}
+    stored = _stored(out_dir, cfg, redo) if done_ids else StoredIndex.empty()
     summary = IngestSummary(out_dir=out_dir, files=len(files), tokenizer=tokenizer)
     init_ray(cfg.ray)
     registry = registry_actor()
-    resume = any(s.n_turns for s in stored.values())  # a grown conversation gets its stored state
-    ds = ingest_pipeline(cfg, out_dir, resume=resume).on_ray(read_dataset(cfg, files, stored, input_path, registry))
-    for row in ds.iter_rows():
-        summary.add(row)
+    resume = stored.any_turns()  # a grown conversation gets its stored state
+    ds = ingest_pipeline(cfg, out_dir, resume=resume, lease=registry).on_ray(read_dataset(cfg, files, stored, input_path, registry),
+                                                            reserve_cpus=cfg.ray.reserve_cpus)
+    try:
+        for row in iter_rows(ds, no_progress_timeout(cfg)):
+            summary.add(row)
+    except PipelineStalled as exc:  # what was finished is committed; the rest is for a rerun
+        summary.stopped = stalled_sentence(exc, summary)
     import ray
 
     summary.resumed = ray.get(registry.count_unchanged.remote())
@@ -79,7 +84,21 @@ def run_ingest(
     return summary
 
 
-def _stored(out_dir: str, cfg: LycheeConfig, redo: tuple[str, ...]) -> dict[str, StoredConversation]:
+def no_progress_timeout(cfg: LycheeConfig) -> float:
+    """How long a run may go with no stage moving (`ray.no_progress_timeout_s`; see its default)."""
+    if cfg.ray.no_progress_timeout_s is not None:
+        return cfg.ray.no_progress_timeout_s
+    return 1800.0 if cfg.llm.backend == "rules" else cfg.llm.conversation_deadline_s + 600.0
+
+
+def stalled_sentence(exc: PipelineStalled, summary: IngestSummary) -> str:
+    held = f"work held by {'stage' if len(exc.stages) == 1 else 'stages'} {' and '.join(exc.stages)}" if exc.stages else "every task waiting for a CPU"
+    return (f"the run stopped: no stage made progress for {exc.timeout_s:.0f} s (ray.no_progress_timeout_s), with {held}; "
+            f"the {summary.conversations} conversations written before are committed, and running the same command again "
+            f"resumes after them.")
+
+
+def _stored(out_dir: str, cfg: LycheeConfig, redo: tuple[str, ...]) -> StoredIndex:
     """The committed conversations a read task compares its input with; those in a redo state
     (and `pending` ones, always) are left out, so they are processed whole as if new."""
     with open_store(out_dir, cfg) as store:

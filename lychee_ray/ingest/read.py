@@ -42,6 +42,11 @@ def registry_actor():
             self.turn_rows = 0
             self.unchanged = 0
 
+        def alive(self) -> bool:
+            """The run's lease: Ray kills this actor with the driver that owns it, so a worker
+            that gets no answer stops before committing (`runtime.ray.check_driver`)."""
+            return True
+
         def add_unchanged(self, n: int) -> None:
             self.unchanged += n
 

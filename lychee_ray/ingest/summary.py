@@ -23,7 +23,9 @@ class IngestSummary:
     segments: int = 0
     records: int = 0
     degraded_segments: int = 0  # of `segments`: rules fallback records after an LLM failure
-    turns_in: int = 0  # turns the read stage saw (`lychee_ray.store.rows.turns_in`)
+    turns_in: int = 0  # input turns the read stage saw (`lychee_ray.store.rows.turns_in`): a split turn counts once
+    split_turns: int = 0  # of `turns_in`: turns longer than read.max_turn_tokens, split into parts
+    split_parts: int = 0  # the parts those became (each a turn row)
     held_turns: int = 0  # turns of grown conversations left pending and not written (the store keeps their old rows)
     batch_ids: set[str] = field(default_factory=set)  # the commits this run made
     # where the store put this run's turns (`turn_accounts`); None until counted
@@ -31,6 +33,7 @@ class IngestSummary:
     # one sentence per reason the run counts as failed (pending conversations, too many degraded
     # segments, turns that do not add up); the CLI prints them and exits non-zero
     failures: list[str] = field(default_factory=list)
+    stopped: str | None = None  # why the run stopped before its input was done (a stage made no progress)
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -51,6 +54,8 @@ class IngestSummary:
         self.records += int(row["n_records"] or 0)
         self.degraded_segments += int(row.get("degraded_segments") or 0)
         self.turns_in += int(row.get("turns_in") or 0)
+        self.split_turns += int(row.get("split_turns") or 0)
+        self.split_parts += int(row.get("split_parts") or 0)
         self.held_turns += int(row.get("held_turns") or 0)
         if row.get("batch_id"):
             self.batch_ids.add(row["batch_id"])
@@ -79,22 +84,33 @@ class IngestSummary:
         return "\n".join(lines)
 
     @property
+    def turn_rows_in(self) -> int:
+        """The turn rows the read stage made: input turns, a split turn counted as its parts
+        (what the store's side of the conservation line counts)."""
+        return self.turns_in - self.split_turns + self.split_parts
+
+    @property
     def turns_accounted(self) -> int | None:
         return None if self.turn_accounts is None else sum(self.turn_accounts.values())
 
     def conservation_line(self) -> str:
         """`turns: N in = S stored + E recorded in errors + D in duplicate rows + P pending`
-        (+ changed-history rows when there are any); `!=` when the two sides differ."""
+        (+ changed-history rows when there are any); `!=` when the two sides differ. N counts
+        input turns; when some were split, `N in (K split into P parts: R turn rows)`, and the
+        store's side adds up to R, the rows it holds."""
         acc = self.turn_accounts or {}
         parts = [f"{acc.get('stored', 0)} stored", f"{acc.get('errors', 0)} recorded in errors"]
         parts += [f"{acc.get(kind, 0)} {words}" for kind, words in WITHHOLDING_KINDS.items() if kind == "duplicate_id" or acc.get(kind)]
         parts.append(f"{acc.get('pending', 0)} pending")
-        sign = "=" if self.turns_accounted == self.turns_in else "!="
-        return f"turns: {self.turns_in} in {sign} " + " + ".join(parts)
+        sign = "=" if self.turns_accounted == self.turn_rows_in else "!="
+        split = ""
+        if self.split_turns:
+            split = f" ({self.split_turns} split into {self.split_parts} parts: {self.turn_rows_in} turn rows)"
+        return f"turns: {self.turns_in} in{split} {sign} " + " + ".join(parts)
 
     def assess(self, cfg: LycheeConfig) -> list[str]:
         """The run's failures, one sentence each (also kept in `failures`)."""
-        out = []
+        out = [self.stopped] if self.stopped else []
         pending = self.by_status.get("pending", 0)
         if pending:
             out.append(
@@ -109,9 +125,9 @@ class IngestSummary:
                 f"rules records (degraded), more than ingest.max_degraded_fraction={limit:g}; the errors table (kind llm_failure) "
                 f"says why, and --redo degraded re-encodes them."
             )
-        if self.turn_accounts is not None and self.turns_accounted != self.turns_in:
+        if self.turn_accounts is not None and self.turns_accounted != self.turn_rows_in:
             out.append(
-                f"turns do not add up: the read stage saw {self.turns_in} but the store accounts for {self.turns_accounted} "
+                f"turns do not add up: the read stage saw {self.turn_rows_in} (turn rows) but the store accounts for {self.turns_accounted} "
                 f"({self.conservation_line()}); the store in {self.out_dir} is missing rows or holds extra ones."
             )
         self.failures = out

@@ -113,8 +113,16 @@ class AsyncStage(Stage[Item]):
         """Relative length of an item's sequential chain (e.g. its segments)."""
         return 0.0
 
+    def _gate(self) -> asyncio.Semaphore:
+        """`max_in_flight` items at once on this worker: one semaphore for every batch that
+        runs concurrently on the actor's event loop (a new one for a new loop, in process)."""
+        loop = asyncio.get_running_loop()
+        if self.__dict__.get("_gate_loop") is not loop:
+            self._gate_loop, self._gate_sem = loop, asyncio.Semaphore(self.max_in_flight)
+        return self._gate_sem
+
     async def process_batch_async(self, items: list[Item]) -> list[Item]:
-        gate = asyncio.Semaphore(self.max_in_flight)
+        gate = self._gate()
 
         async def one(item):
             if item.status in PASS_THROUGH:
@@ -169,15 +177,57 @@ class stage_timer:
 # --------------------------------------------------------------------------------------------
 # Ray Data adapter
 # --------------------------------------------------------------------------------------------
+# A row holds one item, or a batch of them (`pack_batches`: a work-sized batch that every stage
+# takes whole, see runtime/pipeline.py `WorkBatches`): its `state` then unpickles to a list, whose
+# elements are items or, straight after batching, the items' own pickles (never unpickled there).
+def work_of(item) -> int:
+    """An item's share of a batch: a conversation's turns (each embedded, segmented, encoded
+    and written), 1 for anything else (a question, a conversation with no turns)."""
+    turns = getattr(item, "turns", None)
+    return max(1, len(turns)) if turns is not None else 1
+
+
 def pack(convs: list[Conversation]) -> dict[str, np.ndarray]:
     return {
         "conversation_id": np.array([c.conversation_id for c in convs], dtype=object),
         "state": np.array([pickle.dumps(c, protocol=5) for c in convs], dtype=object),
+        "work": np.array([work_of(c) for c in convs], dtype=np.int64),
     }
 
 
+def pack_batches(groups: list[list]) -> dict[str, np.ndarray]:
+    """One row per group of items (a group of one is stored as its item, as `pack` does)."""
+    groups = [g for g in groups if g]
+    return {
+        "conversation_id": np.array([g[0].conversation_id for g in groups], dtype=object),
+        "state": np.array([pickle.dumps(g[0] if len(g) == 1 else list(g), protocol=5) for g in groups], dtype=object),
+        "work": np.array([sum(work_of(i) for i in g) for g in groups], dtype=np.int64),
+    }
+
+
+def unpack_batches(batch: dict[str, Any]) -> list[list]:
+    """The items of each row, as a list per row (one item for a row that `pack` made)."""
+    out = []
+    for blob in batch["state"]:
+        obj = pickle.loads(blob)
+        out.append([pickle.loads(x) if isinstance(x, bytes) else x for x in obj] if isinstance(obj, list) else [obj])
+    return out
+
+
 def unpack(batch: dict[str, Any]) -> list[Conversation]:
-    return [pickle.loads(b) for b in batch["state"]]
+    return [item for group in unpack_batches(batch) for item in group]
+
+
+def _process_rows(batch: dict[str, Any], process: Callable[[list], list]) -> dict[str, np.ndarray]:
+    """`process` over every item of the batch's rows at once, the rows' grouping kept (a stage
+    returns its items in order; one that returned another count gets a row per item)."""
+    groups = unpack_batches(batch)
+    items = [i for g in groups for i in g]
+    out = process(items)
+    if len(out) != len(items):
+        return pack(out)
+    bounds = np.cumsum([0] + [len(g) for g in groups])
+    return pack_batches([out[a:b] for a, b in zip(bounds[:-1], bounds[1:])])
 
 
 class StageUDF:
@@ -188,7 +238,7 @@ class StageUDF:
         self.stage.setup()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        return pack(self.stage.process_batch(unpack(batch)))
+        return _process_rows(batch, self.stage.process_batch)
 
     def __del__(self):  # Ray Data drops the UDF when the actor pool shuts down
         self.stage.close()
@@ -199,30 +249,53 @@ class AsyncStageUDF(StageUDF):
     `max_in_flight` items waiting on the LLM at once."""
 
     async def __call__(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        return pack(await self.stage.process_batch_async(unpack(batch)))
+        groups = unpack_batches(batch)
+        items = [i for g in groups for i in g]
+        out = await self.stage.process_batch_async(items)
+        bounds = np.cumsum([0] + [len(g) for g in groups])
+        return pack_batches([out[a:b] for a, b in zip(bounds[:-1], bounds[1:])])
 
 
-def apply_stage(ds, factory: Callable[[], Stage], *, batch_size: int | None = None):
+def named(cls_or_fn, stage_name: str):
+    """The UDF under the stage's name, so Ray Data calls its operator `MapBatches(<stage>)`
+    (progress bars, and the sentence that names a stage that stopped moving)."""
+    if isinstance(cls_or_fn, type):
+        return type(stage_name, (cls_or_fn,), {"__module__": __name__})
+
+    def run(batch, factory):
+        return cls_or_fn(batch, factory)
+
+    run.__name__ = run.__qualname__ = stage_name
+    return run
+
+
+def apply_stage(ds, factory: Callable[[], Stage], *, batch_size: int | None = None, cpu_scale: float = 1.0, whole_rows: bool = False):
     """Add one stage to a Ray Dataset with the resources the stage declares: an actor pool when
     it keeps state (a model, a client), plain tasks otherwise. `batch_size` overrides the
-    declared one (evaluate sizes batches by the question count)."""
+    declared one (evaluate sizes batches by the question count). `cpu_scale` shrinks an actor
+    pool's CPU request (`fit_pools`: the pools leave CPUs free for the task stages).
+    `whole_rows`: each row is already a work-sized batch (`pack_batches`): one row per call, and
+    an async stage runs up to `max_in_flight` such rows at once on each actor."""
     import ray  # the stage layer stays importable (and testable) without starting Ray
 
     stage = factory()  # cheap: constructors keep config; setup() does the heavy work on a worker
     res = stage.resources
-    batch_size = batch_size or res.batch_size
+    batch_size = 1 if whole_rows else batch_size or res.batch_size
     if res.num_actors is None:
         return ds.map_batches(
-            _run_stateless, fn_args=(factory,), batch_size=batch_size, batch_format="numpy", num_cpus=res.num_cpus, num_gpus=res.num_gpus
+            named(_run_stateless, stage.name), fn_args=(factory,), batch_size=batch_size, batch_format="numpy",
+            num_cpus=res.num_cpus, num_gpus=res.num_gpus,
         )
-    udf = AsyncStageUDF if isinstance(stage, AsyncStage) else StageUDF
+    is_async = isinstance(stage, AsyncStage)
+    udf = AsyncStageUDF if is_async else StageUDF
+    calls = stage.max_in_flight if is_async and whole_rows else None
     return ds.map_batches(
-        udf,
+        named(udf, stage.name),
         fn_constructor_args=(factory,),
         batch_size=batch_size,
         batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=res.num_actors),
-        num_cpus=res.num_cpus,
+        compute=ray.data.ActorPoolStrategy(size=res.num_actors, max_concurrent_calls_per_actor=calls),
+        num_cpus=res.num_cpus * cpu_scale,
         num_gpus=res.num_gpus,
     )
 
@@ -231,6 +304,6 @@ def _run_stateless(batch: dict[str, Any], factory: Callable[[], Stage]) -> dict[
     stage = factory()
     stage.setup()
     try:
-        return pack(stage.process_batch(unpack(batch)))
+        return _process_rows(batch, stage.process_batch)
     finally:
         stage.close()

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from lychee_ray.dates import parse_iso_date, parse_iso_timestamp
-from lychee_ray.io.readers.common import SKIP_KINDS
+from lychee_ray.io.readers.common import SKIP_KINDS, split_parts
 from lychee_ray.schemas import Conversation, turn_content_hash, turns_digest
 from lychee_ray.tables import (
     TABLES,
@@ -268,12 +268,25 @@ def is_dropped_turn(row: dict) -> bool:
     return row["kind"] in DROPPED_TURN_KINDS or (row["kind"] == "missing_field" and (row.get("field") or "").endswith(".text"))
 
 
-def turns_in(conv: Conversation) -> int:
-    """The turns the read stage saw in this conversation: those it passed on (or, in a copy
-    whose turns are withheld, `n_input_turns`) plus those it dropped one by one. A turn split
-    into k parts (kind turn_split) is k turns here as in the turns table."""
+def turn_rows_in(conv: Conversation) -> int:
+    """The turn rows the read stage made of this conversation: those it passed on (or, in a copy
+    whose turns are withheld, `n_input_turns`) plus the turns it dropped one by one. A turn split
+    into k parts (kind turn_split) is k rows here as in the turns table."""
     kept = conv.n_input_turns if conv.n_input_turns is not None else len(conv.turns)
     return kept + sum(1 for e in conv.errors if is_dropped_turn(e))
+
+
+def split_turns(conv: Conversation) -> tuple[int, int]:
+    """(input turns split into parts, the parts they became), from the turn_split rows."""
+    parts = [split_parts(e) for e in conv.errors if e["kind"] == "turn_split"]
+    return len(parts), sum(parts)
+
+
+def turns_in(conv: Conversation) -> int:
+    """The input turns the read stage saw in this conversation: a turn split into k parts counts
+    once here (`turn_rows_in` counts its k rows)."""
+    n_split, n_parts = split_turns(conv)
+    return turn_rows_in(conv) - n_parts + n_split
 
 
 def rows_to_table(table: str, rows: list, dim: int) -> pa.Table:

@@ -13,9 +13,12 @@ Rows are read back by column name into the tables' own row types (`lychee_ray.ta
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from lychee_ray.table_model import vector_matrix
 from lychee_ray.tables import BuildStats, ErrorRow, Passage, Record, SegmentRow
@@ -56,17 +59,61 @@ class StoredState:
     stats: dict  # its build_stats row: the cost already paid
 
 
-def stored_digests(store, skip_statuses: set[str] | frozenset = frozenset()) -> dict[str, StoredConversation]:
+class StoredIndex(Mapping[str, StoredConversation]):
+    """conversation id -> StoredConversation over Arrow columns sorted by id.
+
+    Every read task of a run gets the whole index. As a dict of Python objects it costs each
+    task a full unpickling (O(stored conversations) per task: a nightly run over a large store
+    pays stored x input parts); as Arrow buffers Ray's object store hands each task a view
+    without copying, and a lookup bisects the sorted ids (O(log n))."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table.sort_by("conversation_id").combine_chunks()
+        self._ids = self.table.column("conversation_id").chunk(0) if self.table.num_rows else pa.array([], pa.string())
+
+    def _find(self, cid: str) -> int | None:
+        lo, hi = 0, len(self._ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._ids[mid].as_py() < cid:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if lo < len(self._ids) and self._ids[lo].as_py() == cid else None
+
+    def __getitem__(self, cid: str) -> StoredConversation:
+        i = self._find(cid) if isinstance(cid, str) else None
+        if i is None:
+            raise KeyError(cid)
+        row = {c: self.table.column(c)[i].as_py() for c in ("n_turns", "turns_digest", "status")}
+        return StoredConversation(int(row["n_turns"] or 0), row["turns_digest"] or "", row["status"])
+
+    def __contains__(self, cid) -> bool:
+        return isinstance(cid, str) and self._find(cid) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids.to_pylist())
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @classmethod
+    def empty(cls) -> "StoredIndex":
+        return cls(pa.table({"conversation_id": pa.array([], pa.string()), "n_turns": pa.array([], pa.int64()),
+                             "turns_digest": pa.array([], pa.string()), "status": pa.array([], pa.string())}))
+
+    def any_turns(self) -> bool:
+        """Whether any stored conversation has turns (then a grown one may need its state)."""
+        return bool(len(self) and pc.max(self.table.column("n_turns")).as_py())
+
+
+def stored_digests(store, skip_statuses: set[str] | frozenset = frozenset()) -> StoredIndex:
     """conversation id -> StoredConversation, for every committed conversation whose status is
     not in `skip_statuses` (those are redone whole, as if new)."""
-    rows = store.con.execute(
-        "SELECT conversation_id, n_turns, turns_digest, status FROM conversations"
-    ).fetchall()
-    return {
-        cid: StoredConversation(int(n or 0), digest or "", status)
-        for cid, n, digest, status in rows
-        if status not in skip_statuses
-    }
+    table = store.con.sql("SELECT conversation_id, n_turns, turns_digest, status FROM conversations").to_arrow_table()
+    if skip_statuses:
+        table = table.filter(pc.invert(pc.is_in(table.column("status"), pa.array(sorted(skip_statuses), pa.string()))))
+    return StoredIndex(table)
 
 
 def load_stored_state(store, conversation_id: str) -> StoredState:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -91,8 +91,9 @@ class StoreWriter:
             self._owner = store_id_of(self._fs, self._base)
         return self._fs, self._base
 
-    def write_batch(self, convs: list[Conversation]) -> list[dict]:
-        """Write one Parquet file per non-empty table, then the commit marker; return summaries."""
+    def write_batch(self, convs: list[Conversation], before_commit: Callable[[], None] | None = None) -> list[dict]:
+        """Write one Parquet file per non-empty table, then the commit marker; return summaries.
+        `before_commit` runs between the two (it raises to leave the batch uncommitted)."""
         if not convs:
             return []
         convs = sorted(convs, key=lambda c: c.conversation_id)
@@ -109,16 +110,19 @@ class StoreWriter:
         for table in INGEST_TABLES:
             if per_table[table]:
                 files[table] = self._write_table(table, batch_id, per_table[table])
+        if before_commit is not None:
+            before_commit()
         self._write_commit(batch_id, [(c.conversation_id, c.status) for c in convs], files)
         return [_summary(c) for c in convs]
 
-    def write_tables(self, tables: dict[str, pa.Table], statuses: dict[str, str]) -> str:
+    def write_tables(self, tables: dict[str, pa.Table], statuses: dict[str, str], batch_id: str | None = None) -> str:
         """Commit already-built Arrow tables (exact table schemas) as one batch of the
         conversations in `statuses` ({conversation_id: status}); rows are sorted by
-        conversation_id as `write_batch` writes them. For tools that copy or relabel stored
-        rows (benchmarks/bench_store.py) without rebuilding Conversation objects."""
+        conversation_id as `write_batch` writes them. For tools that copy, relabel or compact
+        stored rows (benchmarks/bench_scale.py, store/compact.py) without rebuilding
+        Conversation objects. `batch_id`: the name of the batch (default: from its ids)."""
         ids = sorted(statuses)
-        batch_id = batch_id_for(ids)
+        batch_id = batch_id or batch_id_for(ids)
         schemas = table_schemas(self.dim)
         fs, base = self._paths()
         files = {}

@@ -26,7 +26,10 @@ def session_pids(sid: int) -> list[int]:
 def kill_session(proc: subprocess.Popen) -> None:
     """kill -9 the driver and its local Ray (an orphaned worker could still commit a batch after
     the driver died, and the test must count what was on disk when everything stopped)."""
-    os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group is gone already: nothing of the run is left
+        pass
     proc.wait()
     for _ in range(300):  # bounded: at most ~60 s of retries
         if not (pids := session_pids(proc.pid)):

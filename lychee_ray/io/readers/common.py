@@ -231,10 +231,11 @@ def validated_turns(raw_turns: list[dict], cid: str, src_path: str, where: int, 
         session_id = scalar_text(rt.get("session_id")) or "session_1"
         turn_id = _unique_turn_id(scalar_text(rt.get("turn_id")) or f"{session_id}:{k + 1}", k, seen_ids, fld, cid, path, line, errors)
         timestamp = _checked_timestamp(rt.get("timestamp"), f"{fld}.timestamp", cid, path, line, errors)
-        for part_no, part in enumerate(_split_oversized(text, cfg.max_turn_tokens, token_counter(cfg.tokenizer))):
+        parts = _split_oversized(text, cfg.max_turn_tokens, token_counter(cfg.tokenizer))
+        if len(parts) > 1:
+            errors.append(ErrorEntry(path, line, f"{fld}.text", "turn_split", split_message(cid, turn_id, cfg.max_turn_tokens, len(parts)), cid))
+        for part_no, part in enumerate(parts):
             pid = part_turn_id(turn_id, part_no)
-            if part_no == 1:
-                errors.append(ErrorEntry(path, line, f"{fld}.text", "turn_split", f"{cid}: turn {turn_id} exceeds {cfg.max_turn_tokens} tokens; split into parts {turn_id}, {turn_id}#p2, ...", cid))
             turns.append(
                 Turn(
                     turn_id=pid,
@@ -262,6 +263,21 @@ _PART_SUFFIX = re.compile(r"#p\d+$")
 def whole_turn_id(turn_id: str) -> str:
     """The id of the input turn a stored turn is (a part of): what evidence labels name."""
     return _PART_SUFFIX.sub("", turn_id)
+
+
+_SPLIT_PARTS = re.compile(r"; split into (\d+) parts ")
+
+
+def split_message(cid: str, turn_id: str, max_tokens: int, n_parts: int) -> str:
+    """The message of a turn_split row; `split_parts` reads the part count back from it."""
+    return f"{cid}: turn {turn_id} exceeds {max_tokens} tokens; split into {n_parts} parts {turn_id}, {turn_id}#p2, ..."
+
+
+def split_parts(row: dict) -> int:
+    """How many turn rows one input turn became, from its turn_split row (1 for a row that
+    does not say: written by hand or by an older reader)."""
+    m = _SPLIT_PARTS.search(row.get("message") or "")
+    return int(m.group(1)) if m else 1
 
 
 def scalar_text(value) -> str | None:
