@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from lychee_ray.table_model import Row
-from lychee_ray.tables import BuildStats, Node, Question, Record, TimeGranularity, Turn
+from lychee_ray.tables import BuildStats, Node, Question, Record, RecordLink, TimeGranularity, Turn
 
 # LoCoMo's integer `category` -> name. This follows upstream snap-research/locomo
 # task_eval/evaluation.py, which scores 1 with the multi-hop comma-split F1, 2-4 with plain F1
@@ -97,6 +97,7 @@ class Conversation:
     nodes: list[Node] = field(default_factory=list)
     node_embeddings: object = None
     record_nodes: list[tuple[str, str]] = field(default_factory=list)
+    links: list[RecordLink] = field(default_factory=list)  # encode: later records superseding / contradicting earlier ones
     errors: list[dict] = field(default_factory=list)  # `errors` rows found on the way (reader, duplicates)
     n_input_turns: int | None = None  # turns as read, when `turns` was emptied (a duplicate copy)
     entity_aliases: dict[str, str] = field(default_factory=dict)  # encode -> organize: alias -> name
