@@ -230,6 +230,13 @@ class EncoderConfig(_Section):
     context_records: int = 8  # m: most recent records carried in rho_k
     context_token_budget: int = 600  # rho_k is truncated to this many tokens
     use_context: bool = True  # ablation "no cross-segment context": rho_k empty
+    # Earlier records offered to each encode call (within context_token_budget, with short ids)
+    # that the reply may say a new record supersedes or contradicts: record_links at no extra
+    # call (ingest/links.py). 0: none offered, the reply's link lists stay empty.
+    link_candidates: int = Field(8, ge=0)
+    # The slot detector (rules/links.py) links every segment's new records to earlier ones: the
+    # rules backend's links, and under an LLM what the model did not say.
+    rule_links: bool = True
     summary_records: bool = False  # ablation: one summary record per segment instead of atomic
     max_records_per_call: int = 24  # schema maxItems: bounds the reply of any model
     max_record_chars: int = 400  # schema maxLength of a record's text

@@ -45,10 +45,23 @@ commands, versions, settings, file names. Do not record the assistant's generic 
 Example: the assistant explains caching at length and ends "set maxmemory 256mb and use
 allkeys-lru"; the user answers "I'll go with 512mb". Records: "The assistant proposed setting
 maxmemory to 256mb with the allkeys-lru policy." and "The user decided to use 512mb for maxmemory."
+supersedes / contradicts: ids ([m1], [m2], ...) of reference-context records this record
+replaces (the same person's or thing's attribute now has another value: moved, new job, a
+revised number, version or date) or contradicts ("never did X" against doing X). Usually empty.
 state: the resolution state for the next segment: entities with aliases and who/what they
 refer to, the current date anchor (ISO date), and open threads (unresolved questions or plans).
 The REFERENCE CONTEXT holds the previous state and recent records: use it to resolve who
 "he", "she", "it" or "that" refers to. Never copy it into new records."""
+
+# Older records offered to one encode call for links (ingest/links.py picks them; rho's recent
+# records carry ids too; reference_context renders both).
+LINK_CANDIDATES_HEADER = "older records (ids for supersedes / contradicts):"
+
+
+def candidate_line(ref: str, text: str, said: str | None) -> str:
+    """`[m3] (2024-03-01) Ana lives in Porto.`: an earlier record as one encode call is offered it."""
+    when = f" ({said})" if said else ""
+    return f"[{ref}]{when} {' '.join(text.split())}"
 
 SUMMARY_INSTRUCTION = "Return exactly ONE record: a summary of the whole segment (type fact)."
 
