@@ -306,6 +306,11 @@ class RetrievalConfig(_Section):
     # filter: a route's time window restricts every channel to in-window records/turns (a window
     # that holds nothing is ignored); channel: the window only adds the time channel (ablation)
     time_routes: Literal["filter", "channel"] = "filter"
+    # Records' validity from record_links (query/validity.py): current records rank above those
+    # a later one superseded (a route's time window asks what held then), a superseded record in
+    # the context comes with its successor and is marked, contradicting records come in pairs
+    # and are marked. false: links are ignored (ablation).
+    validity: bool = True
     rerank: RerankConfig = Field(default_factory=RerankConfig)
     # Retrieval loads a conversation once into memory (query/conversation.py); this bounds what
     # stays loaded, per opened store (LRU).
