@@ -25,7 +25,7 @@ from lychee_ray.ingest.job import REDO_STATUSES, run_ingest
 from lychee_ray.io.fs import PathProblem, os_reason
 from lychee_ray.io.readers.common import InputError
 from lychee_ray.llm.serve import serve
-from lychee_ray.query.memory import Memory, MemoryAnswer, MemoryItem, QueryError
+from lychee_ray.query.memory import Memory, MemoryAnswer, QueryError
 from lychee_ray.runtime.ray import RayStartError
 from lychee_ray.store.compact import compact_store
 from lychee_ray.store.manifest import StoreError
@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=8, help="items shown (default: %(default)s); the answer sees the whole selection")
     p.add_argument("--answer", action="store_true", help="also answer the question and show its token usage")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--history", action="store_true", help="show the values the fact took, oldest first (Memory.history), instead of the items")
     p.add_argument("question")
 
     p = sub.add_parser("serve", help="start vLLM (OpenAI-compatible) for the job and wait")
@@ -142,14 +143,10 @@ def cmd_evaluate(args, cfg) -> int:
     return 0
 
 
-def _item_json(item: MemoryItem) -> dict:
-    """An item as `--json` prints it: every field but the whole stored record it came from
-    (its vector is no JSON, and the fields already say what the record says)."""
-    return {f.name: getattr(item, f.name) for f in dataclasses.fields(item) if f.name != "record"}
-
-
 def cmd_query(args, cfg) -> int:
     """A thin printer over `Memory`: the same plan, retrieval and answer an agent gets."""
+    if args.history:
+        return cmd_history(args, cfg)
     answered: MemoryAnswer | None = None
     with Memory.open(args.store, cfg) as memory:
         if args.answer:
@@ -167,7 +164,7 @@ def cmd_query(args, cfg) -> int:
             "conversation_id": args.conversation,
             "asked_at": asked_at,
             "plan": plan.model_dump(mode="json"),
-            "items": [_item_json(item) for item in items],
+            "items": [item_json(item) for item in items],
         }
         if answered is not None:
             out.update(answer=answered.answer, usage=dataclasses.asdict(answered.usage), errors=answered.errors)
@@ -182,6 +179,7 @@ def cmd_query(args, cfg) -> int:
             lines.append(f"   said: {item.said}")
         if item.entities:
             lines.append(f"   entities: {', '.join(item.entities)}")
+        lines += link_lines(item)
         lines.append(f"   sources: {', '.join(item.source_turn_ids)} (score {item.score:.4f})")
         for tid in item.source_turn_ids[:QUERY_SOURCES_SHOWN]:
             if t := turns.get(tid):
@@ -198,6 +196,44 @@ def cmd_query(args, cfg) -> int:
 
 
 QUERY_SOURCES_SHOWN = 3  # source turns quoted under each shown item
+
+
+def cmd_history(args, cfg) -> int:
+    with Memory.open(args.store, cfg) as memory:
+        entries = memory.history(args.conversation, args.question)
+    if args.json:
+        print(json.dumps({"question": args.question, "conversation_id": args.conversation,
+                          "history": [dataclasses.asdict(e) for e in entries]}, ensure_ascii=False))
+        return 0
+    lines = [f"{args.conversation}: {args.question}", ""]
+    for e in entries:
+        state = "current" if e.current else f"until {e.valid_until or '?'} (superseded by {e.superseded_by})"
+        lines.append(f"- {e.valid_from or '?'} {state}: {e.text}")
+        if e.conflicts_with:
+            lines.append(f"  conflicts with: {', '.join(e.conflicts_with)}")
+        lines.append(f"  sources: {', '.join(e.source_turn_ids)}  [{e.record_id}]")
+    print("\n".join(lines if entries else [*lines, "(no memory matched)"]))
+    return 0
+
+
+def item_json(item) -> dict:
+    """A `MemoryItem` as --json prints it: every field but the stored record (it holds a vector)."""
+    out = {f.name: getattr(item, f.name) for f in dataclasses.fields(item) if f.name != "record"}
+    out["note"] = None if item.note is None else dataclasses.asdict(item.note)
+    return out
+
+
+def link_lines(item) -> list[str]:
+    """What the item's record links say: when it was replaced and by what, what it conflicts with."""
+    lines = []
+    if item.superseded_by:
+        lines.append(f"   superseded: valid {item.valid_from or '?'} .. {item.valid_until or '?'}, by {item.superseded_by}")
+        if item.note is not None and item.note.now:
+            lines.append(f"   now: {item.note.now}")
+    if item.conflicts_with:
+        lines.append(f"   conflicts with: {', '.join(item.conflicts_with)}")
+        lines += [f"     {c}" for c in (item.note.conflicts if item.note is not None else ())]
+    return lines
 
 
 def cmd_serve(args, cfg) -> int:

@@ -249,6 +249,13 @@ class EncoderConfig(_Section):
     context_records: int = 8  # m: most recent records carried in rho_k
     context_token_budget: int = 600  # rho_k is truncated to this many tokens
     use_context: bool = True  # ablation "no cross-segment context": rho_k empty
+    # Earlier records offered to each encode call (within context_token_budget, with short ids)
+    # that the reply may say a new record supersedes or contradicts: record_links at no extra
+    # call (ingest/links.py). 0: none offered, the reply's link lists stay empty.
+    link_candidates: int = Field(8, ge=0)
+    # The slot detector (rules/links.py) links every segment's new records to earlier ones: the
+    # rules backend's links, and under an LLM what the model did not say.
+    rule_links: bool = True
     summary_records: bool = False  # ablation: one summary record per segment instead of atomic
     max_records_per_call: int = 24  # schema maxItems: bounds the reply of any model
     max_record_chars: int = 400  # schema maxLength of a record's text
@@ -325,6 +332,11 @@ class RetrievalConfig(_Section):
     # filter: a route's time window restricts every channel to in-window records/turns (a window
     # that holds nothing is ignored); channel: the window only adds the time channel (ablation)
     time_routes: Literal["filter", "channel"] = "filter"
+    # Records' validity from record_links (query/validity.py): current records rank above those
+    # a later one superseded (a route's time window asks what held then), a superseded record in
+    # the context comes with its successor and is marked, contradicting records come in pairs
+    # and are marked. false: links are ignored (ablation).
+    validity: bool = True
     rerank: RerankConfig = Field(default_factory=RerankConfig)
     # Retrieval loads a conversation once into memory (query/conversation.py); this bounds what
     # stays loaded, per opened store (LRU).

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from lychee_ray.table_model import Row
-from lychee_ray.tables import BuildStats, Node, Passage, Question, Record, TimeGranularity, Turn
+from lychee_ray.tables import BuildStats, Node, Passage, Question, Record, RecordLink, TimeGranularity, Turn
 
 # LoCoMo's integer `category` -> name. This follows upstream snap-research/locomo
 # task_eval/evaluation.py, which scores 1 with the multi-hop comma-split F1, 2-4 with plain F1
@@ -99,6 +99,7 @@ class Conversation:
     nodes: list[Node] = field(default_factory=list)
     node_embeddings: object = None
     record_nodes: list[tuple[str, str]] = field(default_factory=list)
+    links: list[RecordLink] = field(default_factory=list)  # encode: later records superseding / contradicting earlier ones
     errors: list[dict] = field(default_factory=list)  # `errors` rows found on the way (reader, duplicates)
     n_input_turns: int | None = None  # turns as read, when `turns` was emptied (a duplicate copy)
     entity_aliases: dict[str, str] = field(default_factory=dict)  # encode -> organize: alias -> name
@@ -156,10 +157,11 @@ _NESTED_REPLY_FIELDS: dict[str, tuple[Any, Any]] = {
 }
 
 
-def reply_model(row: type[Row], name: str, base: type[BaseModel]) -> type[BaseModel]:
+def reply_model(row: type[Row], name: str, base: type[BaseModel], extra: dict[str, tuple[Any, Any]] | None = None) -> type[BaseModel]:
     """The pydantic model of what the LLM returns for one row of `row`'s table: its columns
     declared `llm`, in column order, a dotted path grouped into its nested object; a column's
-    `describe` is its description in the JSON schema the model sees."""
+    `describe` is its description in the JSON schema the model sees. `extra`: reply-only fields
+    after them (what the reply says that is not a column of the row)."""
     fields: dict[str, tuple[Any, Any]] = {}
     for col in row.llm_columns():
         head, _, sub = col.reply_path.partition(".")
@@ -171,10 +173,17 @@ def reply_model(row: type[Row], name: str, base: type[BaseModel]) -> type[BaseMo
             continue
         py_type = col.py_type | None if col.nullable else col.py_type
         fields[head] = (py_type, Field(description=col.describe) if col.describe else ...)
-    return create_model(name, __base__=base, **fields)
+    return create_model(name, __base__=base, **fields, **(extra or {}))
 
 
-EncodedRecord = reply_model(Record, "EncodedRecord", _RecordReply)
+# Reply-only: the ids (as the reference context shows them, e.g. "m3") of earlier records this
+# one replaces or contradicts; they become `record_links` rows (ingest/links.py). Empty by
+# default, so the rules encoder and a stored context from before them need not say so.
+LINK_REPLY_FIELDS: dict[str, tuple[Any, Any]] = {
+    "supersedes": (list[str], Field(default_factory=list)),
+    "contradicts": (list[str], Field(default_factory=list)),
+}
+EncodedRecord = reply_model(Record, "EncodedRecord", _RecordReply, LINK_REPLY_FIELDS)
 
 
 class EntityState(_Strict):

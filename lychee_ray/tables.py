@@ -8,7 +8,7 @@ Three of them are also the objects the pipeline carries: a reader makes `Turn`s 
 the encoder makes `Record`s. A column a producer does not know yet (a turn's conversation_id,
 segment and content hash; a record's stated_at and vector) defaults to None in memory and is
 filled by the row builder; the annotation says what the store holds (`str`: NOT NULL there).
-The others (`ConversationRow`, `SegmentRow`, `Node`, `RecordNode`, `BuildStats`, `ErrorRow`)
+The others (`ConversationRow`, `SegmentRow`, `Node`, `RecordNode`, `RecordLink`, `BuildStats`, `ErrorRow`)
 are rows the builder makes from a processed `schemas.Conversation`.
 
 Adding a column: one line in its class, plus the code that produces its value and the code
@@ -24,10 +24,11 @@ import pyarrow as pa
 
 from lychee_ray.table_model import DATE, TIMESTAMP, Row, Vector, column, markdown_reference
 
-# 6: passages of long turns; 5: tables declared once (keys NOT NULL), questions.difficulty / rubric /
-# evidence_roles; 4: turn content hashes, segment contexts (incremental
+# 7: passages of long turns; record_links (supersedes / contradicts, append-only; validity derived
+# in the views), build_stats.link_ids_dropped;
+# 5: tables declared once (keys NOT NULL), questions.difficulty / rubric / evidence_roles; 4: turn content hashes, segment contexts (incremental
 # ingest); 3: records.stated_at; 2: LongMemEval sessions renamed s1, s2, ... in date order
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # How a folder is recognised as a store: its manifest file and the format tag in it. Here, in the
 # core, because the store writes them and the input listing (io, below store) must skip a store.
 STORE_FORMAT = "lychee-ray-store"
@@ -38,6 +39,9 @@ RECORD_TYPES: tuple[str, ...] = RecordType.__args__
 TimeGranularity = Literal["day", "week", "month", "year", "none"]
 NodeKind = Literal["entity", "topic", "entity_topic", "time", "event_frame"]
 NODE_KINDS: tuple[str, ...] = NodeKind.__args__
+LinkKind = Literal["supersedes", "contradicts"]
+LINK_KINDS: tuple[str, ...] = LinkKind.__args__
+LinkSource = Literal["llm", "rules"]
 ISO_IN_MEMORY = "ISO text in memory, "  # how a time column's doc begins
 
 
@@ -148,6 +152,20 @@ class RecordNode(Row, table="record_nodes", key=("conversation_id", "record_id",
     node_id: str = column("the node")
 
 
+class RecordLink(Row, table="record_links", key=("conversation_id", "record_id", "other_record_id", "kind")):
+    """A later record's relation to an earlier one of its conversation: it replaces it (a value
+    that changed) or contradicts it. Append-only: nothing stored is rewritten when facts change;
+    a record's validity (valid_from, valid_until, superseded_by) is derived from these rows (the
+    `record_validity` view, query/validity.py)."""
+
+    conversation_id: str = column("its conversation", default=None)
+    record_id: str = column("the later record")
+    other_record_id: str = column("the earlier record it replaces or contradicts")
+    kind: LinkKind = column("supersedes or contradicts")
+    stated_at: str | None = column(ISO_IN_MEMORY + "DATE stored: the day the later record was said (its stated_at)", default=None, arrow=DATE)
+    found_by: LinkSource = column("llm (the encode reply named it) or rules (the slot detector, rules/slots.py)")
+
+
 class BuildStats(Row, table="build_stats", key=("conversation_id",)):
     """What building one conversation cost: the encoder fills the counts, the row builder the id
     and the stage seconds (from `Conversation.seconds`)."""
@@ -162,6 +180,7 @@ class BuildStats(Row, table="build_stats", key=("conversation_id",)):
     cached_tokens: int = column("prompt tokens the server's prefix cache served", default=0)
     est_prompt_tokens: int = column("o200k count of the prompts an LLM encoder would get (rules backend: a cost estimate)", default=0)
     est_completion_tokens: int = column("o200k count of the replies an LLM encoder would give (rules backend)", default=0)
+    link_ids_dropped: int = column("ids in the replies' supersedes / contradicts lists that were not offered to that call", default=0)
     embed_s: float = column("seconds in the embed stage", default=0.0)
     segment_s: float = column("seconds in the segment stage", default=0.0)
     encode_s: float = column("seconds in the encode stage", default=0.0)
@@ -202,7 +221,7 @@ class ErrorRow(Row, table="errors", key=()):
 
 
 TABLES: dict[str, type[Row]] = {
-    cls.TABLE: cls for cls in (ConversationRow, Turn, Passage, SegmentRow, Record, Node, RecordNode, BuildStats, Question, ErrorRow)
+    cls.TABLE: cls for cls in (ConversationRow, Turn, Passage, SegmentRow, Record, Node, RecordNode, RecordLink, BuildStats, Question, ErrorRow)
 }
 INGEST_TABLES: tuple[str, ...] = tuple(TABLES)
 VECTOR_TABLES = {name: cls.KEY[-1] for name, cls in TABLES.items() if any(c.is_vector for c in cls.columns())}

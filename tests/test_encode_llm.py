@@ -24,7 +24,7 @@ from lychee_ray.ingest.embed import EmbedTurnsStage
 from lychee_ray.ingest.encode import EncodeStage
 from lychee_ray.ingest.segment import SegmentStage
 from lychee_ray.io.readers.files import read_file
-from lychee_ray.llm.prompts import render_turns
+from lychee_ray.llm.prompts import LINK_CANDIDATES_HEADER, render_turns
 from tests.support.generated import generate
 
 from .conftest import REPO
@@ -158,6 +158,7 @@ def test_reference_context_carries_the_previous_state_and_records_in_order(segme
             context, _ = split_prompt(nxt)
             state_line, _, recent = context.partition("\nrecent records:\n")
             assert json.loads(state_line.removeprefix("state: ")) == reply["state"]  # d_k
+            recent = recent.split("\n" + LINK_CANDIDATES_HEADER)[0]  # older records offered for links follow
             last = reply["records"][-1]
             assert recent.splitlines()[-1].startswith(f"- [{last['type']}] {last['text']}")
 

@@ -37,6 +37,7 @@ KEYS = {
     "records": ("conversation_id", "record_id"),
     "nodes": ("conversation_id", "node_id"),
     "record_nodes": ("conversation_id", "record_id", "node_id"),
+    "record_links": ("conversation_id", "record_id", "other_record_id", "kind"),
     "build_stats": ("conversation_id",),
     "questions": ("conversation_id", "question_id"),
 }

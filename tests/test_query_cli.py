@@ -117,7 +117,8 @@ def test_query_json_is_one_object_with_the_items(synth_store_dir, asked):
     assert 1 <= len(items) <= 5 and any(asked.evidence_turn_id in i["source_turn_ids"] for i in items)
     turns = turns_of(synth_store_dir, cid)
     for i in items:
-        assert set(i) == {"text", "type", "time", "said", "entities", "source_turn_ids", "score", "kind", "key"}
+        assert set(i) == {"text", "type", "time", "said", "entities", "source_turn_ids", "score", "kind", "key",
+                          "valid_from", "valid_until", "superseded_by", "conflicts_with", "note"}
         assert i["kind"] in ("record", "turn") and i["score"] > 0
         assert i["source_turn_ids"] and all(t in turns for t in i["source_turn_ids"])
     # the same items Memory gives an agent, in the same order

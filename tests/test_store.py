@@ -48,7 +48,7 @@ def test_conversation_rows_maps_indexes_times_and_errors():
     rows = conversation_rows(conv, DIM)
     assert {t: len(r) for t, r in rows.items()} == {
         "conversations": 1, "turns": 12, "passages": 2, "segments": 3, "records": 8, "nodes": 4,
-        "record_nodes": 12, "build_stats": 1, "questions": 1, "errors": 2}
+        "record_nodes": 12, "record_links": 1, "build_stats": 1, "questions": 1, "errors": 2}
     turn5 = rows["turns"][5]
     assert (turn5["exchange_idx"], turn5["segment_id"]) == (2, "cx:seg1")
     assert rows["turns"][0]["timestamp"].isoformat() == "2023-05-01T10:00:00"
@@ -159,7 +159,7 @@ def test_redone_conversation_newest_commit_wins(tmp_path):
 def test_finalize_manifest_counts(store_dir):
     manifest = finalize_manifest(store_dir)
     assert manifest["counts"] == {"conversations": 3, "turns": 36, "passages": 6, "segments": 9, "records": 24, "nodes": 12,
-                                  "record_nodes": 36, "build_stats": 3, "questions": 3, "errors": 3}
+                                  "record_nodes": 36, "record_links": 3, "build_stats": 3, "questions": 3, "errors": 3}
     assert manifest["n_conversations"] == 3 and manifest["build_hashes"] == [make_cfg().build_hash()]
     on_disk = json.loads(open(os.path.join(store_dir, "manifest.json")).read())
     assert on_disk["counts"] == manifest["counts"] and on_disk["embedding_dim"] == DIM

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lychee_ray.schemas import EncodedRecord, NormalizedTime
+from lychee_ray.schemas import LINK_REPLY_FIELDS, EncodedRecord, NormalizedTime
 from lychee_ray.table_model import Row, column
 from lychee_ray.tables import TABLES, Record, Turn, tables_doc
 
@@ -23,7 +23,9 @@ def test_docs_tables_md_is_generated_from_the_declarations():
 
 def test_the_reply_model_is_the_llm_columns_in_order():
     carried = [c.reply_path.split(".")[0] for c in Record.llm_columns()]
-    assert list(EncodedRecord.model_fields) == list(dict.fromkeys(carried)) == ["type", "text", "entities", "topics", "time", "source_turn_ids"]
+    assert list(dict.fromkeys(carried)) == ["type", "text", "entities", "topics", "time", "source_turn_ids"]
+    # then the reply-only link lists (ids of earlier records: record_links rows, not record columns)
+    assert list(EncodedRecord.model_fields) == [*dict.fromkeys(carried), *LINK_REPLY_FIELDS] == [*dict.fromkeys(carried), "supersedes", "contradicts"]
     assert [c.name for c in Record.llm_columns() if c.reply_path.startswith("time.")] == ["time_start", "time_end", "time_granularity", "time_expression"]
     assert set(NormalizedTime.model_fields) == {"start", "end", "granularity", "expression"}
     assert EncodedRecord.model_json_schema()["properties"]["text"]["description"].startswith("self-contained")

@@ -7,6 +7,10 @@ session times. It returns records plus the resolution state d_k, which becomes p
 rho_{k+1}. Segments of one conversation are therefore encoded strictly in order; many
 conversations are in flight at once (see `lychee_ray.runtime.stage.AsyncStage`).
 
+The same call also says which earlier records each new one supersedes or contradicts (the
+candidates ride in rho_k with short ids: ingest/links.py), and the rules slot detector adds its
+links; they become `record_links` rows. No call is added for them.
+
 A call that still fails after the client's retries and one repair gets `rules` records marked
 `degraded=true`; the failure is counted in build_stats, its reason is an `errors` row (kind
 `llm_failure`), and encoding goes on. Nothing is lost. One conversation's encode is bounded by
@@ -23,7 +27,8 @@ import logging
 import time
 
 from lychee_ray.config import LycheeConfig
-from lychee_ray.ingest.reference_context import ReferenceContext
+from lychee_ray.ingest.links import ConversationLinks
+from lychee_ray.ingest.reference_context import LinkCandidate, ReferenceContext
 from lychee_ray.ingest.resume import prior_cost, resume_point
 from lychee_ray.io.readers.common import ErrorEntry
 from lychee_ray.llm.client import LLMClient, run_closing
@@ -86,7 +91,8 @@ def check_sources(valid_turn_ids: list[str]):
 
 def add_prior_cost(totals: BuildStats, prior: dict) -> None:
     """build_stats is what a conversation cost in all: a grown one adds the stored prefix's cost."""
-    for name in ("llm_calls", "llm_failures", "prompt_tokens", "completion_tokens", "cached_tokens", "est_prompt_tokens", "est_completion_tokens"):
+    for name in ("llm_calls", "llm_failures", "prompt_tokens", "completion_tokens", "cached_tokens", "est_prompt_tokens", "est_completion_tokens",
+                 "link_ids_dropped"):
         setattr(totals, name, getattr(totals, name) + int(prior.get(name) or 0))
 
 
@@ -138,6 +144,8 @@ class EncodeStage(AsyncStage[Conversation]):
         enc = self.cfg.encoder
         # a grown conversation resumes after the segments the store already holds unchanged
         start, ctx, conv.records, aliases, reused_degraded = resume_point(conv)
+        links = ConversationLinks(conv, enc)
+        conv.links = links.resume(conv, conv.records)
         totals = BuildStats(encode_units=len(conv.segments), backend=self.cfg.llm.backend, model=self.backend_label, encode_mode=enc.mode)
         totals.degraded_segments = reused_degraded
         deadline = time.monotonic() + self.cfg.llm.conversation_deadline_s
@@ -145,20 +153,23 @@ class EncodeStage(AsyncStage[Conversation]):
         for seg in conv.segments[start:]:
             turns = [conv.turns[i] for i in seg.turn_idxs]
             use_ctx = ctx if enc.use_context else ReferenceContext()
-            out, failure = await self._encode_segment(conv.conversation_id, seg, turns, use_ctx, totals, deadline)
+            # what the prompt offers for links (under rules only the token estimate needs it)
+            citable = (links.candidates(conv, seg), links.recent_ids(use_ctx.recent)) if self.client is not None or enc.estimate_tokens else ([], None)
+            out, failure, shown = await self._encode_segment(conv.conversation_id, seg, turns, use_ctx, citable, totals, deadline)
             degraded = failure is not None
             if degraded and self._outage_since(trips):
                 break  # the endpoint is down: the rest would fail at once; pending below
             if degraded:
                 conv.errors.append(llm_failure_row(conv, seg, failure))
-            conv.records.extend(
-                to_records(conv.conversation_id, seg, out, [t.turn_id for t in turns], "rules" if degraded else self.backend_label, degraded)
-            )
+            new = to_records(conv.conversation_id, seg, out, [t.turn_id for t in turns], "rules" if degraded else self.backend_label, degraded)
+            conv.records.extend(new)
+            conv.links.extend(links.add_segment(new, out, shown, from_llm=self.client is not None and not degraded))
             for ent in out.state.entities:
                 for alias in ent.aliases:
                     aliases[alias.lower()] = ent.name
             ctx = ctx.advance(out, enc.context_records)
             seg.context_json = ctx.to_json()
+        totals.link_ids_dropped = links.dropped
         self._pending_on_outage(conv, totals, trips)
         add_prior_cost(totals, prior_cost(conv))
         conv.stats = totals
@@ -186,29 +197,36 @@ class EncodeStage(AsyncStage[Conversation]):
         )
 
     async def _encode_segment(
-        self, conv_id: str, seg: Segment, turns: list[Turn], ctx: ReferenceContext, totals: BuildStats, deadline: float
-    ) -> tuple[EncodeOutput, str | None]:
-        """(the segment's reply, None) or (rules fallback records, why the LLM path failed)."""
+        self, conv_id: str, seg: Segment, turns: list[Turn], ctx: ReferenceContext, citable: tuple[list[LinkCandidate], list[str] | None],
+        totals: BuildStats, deadline: float,
+    ) -> tuple[EncodeOutput, str | None, list[LinkCandidate]]:
+        """(the segment's reply, None, the records its prompt offered for links) or (rules
+        fallback records, why the LLM path failed, those records). `citable`: the link candidates
+        and the ids of rho's recent records (ingest/links.py)."""
         enc = self.cfg.encoder
         if self.client is None:
             out = self._rules(turns, ctx)
             if enc.estimate_tokens:  # the estimate is o200k (compared with the paper); the budget is not
-                messages = encode_messages(ctx.render(enc.context_token_budget, self.counter), turns, enc.summary_records)
-                totals.est_prompt_tokens += sum(count_tokens(m["content"]) for m in messages)
+                context_text, _ = ctx.render_with(enc.context_token_budget, self.counter, *citable)
+                totals.est_prompt_tokens += sum(count_tokens(m["content"]) for m in encode_messages(context_text, turns, enc.summary_records))
                 totals.est_completion_tokens += count_tokens(out.model_dump_json())
-            return out, None
+            return out, None, []
+        context_text, shown = ctx.render_with(enc.context_token_budget, self.counter, *citable)
+        messages = encode_messages(context_text, turns, enc.summary_records)
         tag = f"{conv_id}/{seg.segment_id}"
         if time.monotonic() >= deadline:
             error = f"the conversation deadline (llm.conversation_deadline_s={self.cfg.llm.conversation_deadline_s:g} s) passed before this segment was sent"
-            return self._degrade(tag, turns, ctx, totals, error)
+            return *self._degrade(tag, turns, ctx, totals, error), shown
 
         turn_ids = [t.turn_id for t in turns]
-        messages = encode_messages(ctx.render(enc.context_token_budget, self.counter), turns, enc.summary_records)
+        refs = [c.ref for c in shown]
         schema = json_schema_for(
             EncodeOutput,
             self.cfg.llm.schema_dialect,
-            enums={"source_turn_ids": turn_ids},
-            max_items={"records": 1 if enc.summary_records else enc.max_records_per_call, "*": enc.max_list_items},
+            # only the ids this prompt shows may be cited; none shown: the lists stay empty
+            enums={"source_turn_ids": turn_ids, **({"supersedes": refs, "contradicts": refs} if refs else {})},
+            max_items={"records": 1 if enc.summary_records else enc.max_records_per_call, "*": enc.max_list_items,
+                       **({} if refs else {"supersedes": 0, "contradicts": 0})},
             max_length={"text": enc.max_record_chars, "*": enc.max_field_chars},
         )
         result = await self.client.structured(
@@ -220,8 +238,8 @@ class EncodeStage(AsyncStage[Conversation]):
         totals.completion_tokens += u.completion_tokens
         totals.cached_tokens += u.cached_tokens
         if result.parsed is not None:
-            return result.parsed, None
-        return self._degrade(tag, turns, ctx, totals, result.error or "no reply")
+            return result.parsed, None, shown
+        return *self._degrade(tag, turns, ctx, totals, result.error or "no reply"), shown
 
     def _degrade(self, tag: str, turns: list[Turn], ctx: ReferenceContext, totals: BuildStats, error: str) -> tuple[EncodeOutput, str]:
         totals.llm_failures += 1

@@ -45,10 +45,23 @@ commands, versions, settings, file names. Do not record the assistant's generic 
 Example: the assistant explains caching at length and ends "set maxmemory 256mb and use
 allkeys-lru"; the user answers "I'll go with 512mb". Records: "The assistant proposed setting
 maxmemory to 256mb with the allkeys-lru policy." and "The user decided to use 512mb for maxmemory."
+supersedes / contradicts: ids ([m1], [m2], ...) of reference-context records this record
+replaces (the same person's or thing's attribute now has another value: moved, new job, a
+revised number, version or date) or contradicts ("never did X" against doing X). Usually empty.
 state: the resolution state for the next segment: entities with aliases and who/what they
 refer to, the current date anchor (ISO date), and open threads (unresolved questions or plans).
 The REFERENCE CONTEXT holds the previous state and recent records: use it to resolve who
 "he", "she", "it" or "that" refers to. Never copy it into new records."""
+
+# Older records offered to one encode call for links (ingest/links.py picks them; rho's recent
+# records carry ids too; reference_context renders both).
+LINK_CANDIDATES_HEADER = "older records (ids for supersedes / contradicts):"
+
+
+def candidate_line(ref: str, text: str, said: str | None) -> str:
+    """`[m3] (2024-03-01) Ana lives in Porto.`: an earlier record as one encode call is offered it."""
+    when = f" ({said})" if said else ""
+    return f"[{ref}]{when} {' '.join(text.split())}"
 
 SUMMARY_INSTRUCTION = "Return exactly ONE record: a summary of the whole segment (type fact)."
 
@@ -159,6 +172,36 @@ Return JSON: {"answer": "..."}""",
 
 
 @dataclass(frozen=True)
+class ValidityNote:
+    """What the links say of one memory, as its evidence line shows it: it was superseded (held
+    until a day; what holds now), and what it conflicts with (each other statement with its day)."""
+
+    until: str | None = None  # the day a later memory replaced it ("?" when unknown)
+    now: str | None = None  # that later memory's text
+    conflicts: tuple[str, ...] = ()  # "said 2024-05-02: <the other statement>"
+
+    def wrap(self, body: str) -> str:
+        if self.now is not None:
+            body = f"[was: {body} until {self.until or '?'}; now: {short(self.now)}]"
+        if self.conflicts:
+            body += " [conflicts with: " + " | ".join(self.conflicts) + "]"
+        return body
+
+
+NOTE_WORDS = 30  # a successor or a conflicting statement quoted in a note is cut to this many words
+
+
+def short(text: str, words: int = NOTE_WORDS) -> str:
+    parts = str(text).split()
+    return " ".join(parts[:words]) + (" ..." if len(parts) > words else "")
+
+
+def conflict_text(said: str | None, text: str) -> str:
+    """One conflicting statement as a note quotes it."""
+    return f"said {said or '?'}: {short(text)}"
+
+
+@dataclass(frozen=True)
 class EvidenceItem:
     """One memory as the answer prompt shows it: its type, its time and its source turns, as
     the paper serialises evidence. `time` is the event's normalized time ("2023-05-07" or
@@ -170,6 +213,7 @@ class EvidenceItem:
     time: str | None = None
     said: str | None = None
     sources: tuple[str, ...] = ()
+    note: ValidityNote | None = None  # superseded / conflicting (retrieval.validity)
 
     def line(self) -> str:
         """`- [type | time | src ids] text` and its newline. Each line ends in "\n" and the
@@ -178,11 +222,13 @@ class EvidenceItem:
         meta = [self.type or "turn"]
         if self.time:
             meta.append(self.time)
-        elif self.said:
+        if self.said and (not self.time or self.note is not None):  # a marked memory always says its day
             meta.append(f"said {self.said}")
         if self.sources:
             meta.append("src " + ",".join(self.sources[:MAX_SOURCES_SHOWN]))
         flat = " ".join(str(self.text).split())  # one memory, one line
+        if self.note is not None:
+            flat = " ".join(self.note.wrap(flat).split())
         return f"- [{' | '.join(meta)}] {flat}\n"
 
     @property

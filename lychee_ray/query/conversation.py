@@ -3,12 +3,13 @@
 Over DuckDB each route x channel would be its own query over Parquet (about ten per question,
 150-300 ms a question); one conversation is a few thousand rows of 384 floats, which numpy ranks
 in well under a millisecond. So the first question of a conversation loads its turns, records,
-nodes, record_nodes and passages with five queries (`Store.conversation_arrow`) into a
-`LoadedConversation`: the query-exposed columns of each table (as the declarations in
+nodes, record_nodes, record_links and passages with six queries (`Store.conversation_arrow`)
+into a `LoadedConversation`: the query-exposed columns of each table (as the declarations in
 `lychee_ray.tables` name them) as Python lists, its vectors as one contiguous float32 matrix, the
 turns' BM25 index (store/search.py), the documents the raw-turn channels rank (turn_docs.py:
-whole turns, and the passages of long ones), and the indexes the channels (channels.py) look up: time
-windows, record coverage of turns, node names and links. Later questions touch no SQL.
+whole turns, and the passages of long ones), and the indexes the channels (channels.py) look up:
+time windows, record coverage of turns, node names and links, and each record's validity from
+its record_links (validity.py). Later questions touch no SQL.
 
 The time-window rule lives here once (`window_mask` and `LoadedConversation.records_in_window`):
 a record is in a window when its normalized time overlaps it, or, when it states no time, when
@@ -38,6 +39,7 @@ import pyarrow as pa
 from lychee_ray.config_sections import RetrievalConfig
 from lychee_ray.dates import parse_iso_date
 from lychee_ray.names import normalize_name
+from lychee_ray.query.validity import Validity, derive_validity
 from lychee_ray.store.reader import Store
 from lychee_ray.store.search import Bm25Index, bm25_order, build_bm25
 from lychee_ray.query.turn_docs import TurnDocs, cosine_rows
@@ -144,11 +146,13 @@ class LoadedConversation:
     """What retrieval reads of one conversation, in memory (see the module docstring)."""
 
     def __init__(self, turns: pa.Table, records: pa.Table, nodes: pa.Table, edges: pa.Table, dim: int,
-                 passages: pa.Table | None = None):
+                 links: pa.Table | None = None, passages: pa.Table | None = None):
         self.turns = TableRows(turns, Turn, dim)
         self.records = TableRows(records, Record, dim)
         self.nodes = TableRows(nodes, Node, dim)
         self.dim = dim
+        stated = self.records.cols.get("stated_at") or [None] * self.records.n
+        self.validity: Validity = derive_validity(self.records.ids, stated, links.to_pylist() if links is not None else [])
         self._index_turns(turns)
         self._index_records(records)
         self._index_nodes(edges)
@@ -160,9 +164,9 @@ class LoadedConversation:
 
     @classmethod
     def load(cls, store: Store, conversation_id: str) -> "LoadedConversation":
-        """Five queries: the conversation's turns (turn order, as BM25 indexes them), records
-        (record_id order), nodes, record_nodes and passages; the columns queries expose, and
-        the vectors."""
+        """Six queries: the conversation's turns (turn order, as BM25 indexes them), records
+        (record_id order), nodes, record_nodes, record_links and passages; the columns queries
+        expose, and the vectors."""
         def read(row_type: type[Row], order: list[str]):
             return store.conversation_arrow(row_type.TABLE, conversation_id, row_type.column_names(query=True) + ["embedding"], order)
 
@@ -172,6 +176,7 @@ class LoadedConversation:
             read(Node, ["node_id"]),
             store.conversation_arrow("record_nodes", conversation_id, ["record_id", "node_id"]),
             store.dim,
+            store.conversation_arrow("record_links", conversation_id, ["record_id", "other_record_id", "kind", "stated_at"]),
             read(Passage, ["turn_id", "passage_idx"]),
         )
 

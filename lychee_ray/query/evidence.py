@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lychee_ray.llm.prompts import EvidenceItem
+from lychee_ray.llm.prompts import EvidenceItem, ValidityNote
 from lychee_ray.query.conversation import LoadedConversation
 from lychee_ray.tables import Record, Turn
 
@@ -27,6 +27,7 @@ class Evidence:
     key: str
     row: Record | Turn
     tokens: int = 0  # of `render()`, the line the answer prompt gets: what the budget charges
+    note: ValidityNote | None = None  # what its links say, when retrieval.validity marks it (validity_rank.py)
 
     @property
     def kind(self) -> str:
@@ -67,8 +68,13 @@ class Evidence:
     def embedding(self) -> np.ndarray | None:
         return self.row.embedding
 
+    @property
+    def memo_key(self) -> str:
+        """What its line's token count is remembered under: a marked line differs from the plain one."""
+        return self.key if self.note is None else f"{self.key}\x1f{self.note!r}"
+
     def prompt_item(self) -> EvidenceItem:
-        return EvidenceItem(self.text, self.type, self.time, self.said, tuple(self.source_turn_ids))
+        return EvidenceItem(self.text, self.type, self.time, self.said, tuple(self.source_turn_ids), self.note)
 
     def render(self) -> str:
         return self.prompt_item().line()

@@ -46,9 +46,9 @@ import pyarrow as pa
 from lychee_ray.config import LycheeConfig, load_config
 from lychee_ray.dates import parse_iso_date
 from lychee_ray.llm.client import LLMClient, Usage, run_closing
-from lychee_ray.llm.prompts import BENCHMARKS, EvidenceItem
+from lychee_ray.llm.prompts import BENCHMARKS, EvidenceItem, ValidityNote
 from lychee_ray.query.answer import Outcome
-from lychee_ray.query.conversation import cache_for, drop_cache
+from lychee_ray.query.conversation import LoadedConversation, cache_for, drop_cache
 from lychee_ray.query.engine import QueryEngine
 from lychee_ray.query.evidence import Evidence
 from lychee_ray.schemas import QueryPlan
@@ -56,8 +56,10 @@ from lychee_ray.store.manifest import StoreError
 from lychee_ray.store.reader import Store, open_store
 from lychee_ray.tables import RECORD_TYPES, Record, Turn
 
-# What `records()` and `turns()` return: the columns queries expose (`tables`), no embedding.
+# What `records()` and `turns()` return: the columns queries expose (`tables`), no embedding;
+# records() adds what its links say (the record_validity view, store/reader.py).
 RECORD_COLUMNS = tuple(Record.column_names(query=True))
+VALIDITY_COLUMNS = ("valid_from", "valid_until", "superseded_by", "conflicts_with")
 TURN_COLUMNS = tuple(Turn.column_names(query=True))
 
 
@@ -78,12 +80,32 @@ class MemoryItem:
     kind: str  # "record" | "turn"
     key: str  # record_id, or "turn:<turn_id>"
     said: str | None = None  # the day it was said (a record's stated_at, a turn's day)
+    # what its record_links say (query/validity.py), whether or not retrieval.validity marks it:
+    valid_from: str | None = None  # the day it was said: it holds from then
+    valid_until: str | None = None  # the day a later record superseded it (None: it holds now, or that day is unknown)
+    superseded_by: str | None = None  # that record's id (None: current)
+    conflicts_with: tuple[str, ...] = ()  # ids of the records it contradicts or that contradict it
+    note: ValidityNote | None = None  # how the answer prompt marks it (retrieval.validity)
     # the whole stored record (every column, its vector included); None for a raw turn
     record: Record | None = field(default=None, compare=False, repr=False)
 
     def prompt_item(self) -> EvidenceItem:
         """This item as the answer prompt shows it."""
-        return EvidenceItem(self.text, self.type, self.time, self.said, self.source_turn_ids)
+        return EvidenceItem(self.text, self.type, self.time, self.said, self.source_turn_ids, self.note)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One value in the history of a fact: a record, when it held, and where it was said."""
+
+    record_id: str
+    text: str
+    valid_from: str | None  # the day it was said
+    valid_until: str | None  # the day a later record replaced it (None: current, or unknown)
+    superseded_by: str | None
+    conflicts_with: tuple[str, ...]
+    source_turn_ids: tuple[str, ...]
+    current: bool  # nothing superseded it
 
 
 @dataclass
@@ -189,7 +211,8 @@ class Memory:
         out: Outcome = _run_sync(engine.planner(client).plan(query, asked_at, engine.known_entities(conversation_id), tag), client)
         retrieval = engine.retriever.retrieve(conversation_id, out.value, query, budget=budget_tokens)
         scores = dict(retrieval.fused)
-        items = [_item(e, scores.get(e.key, 0.0)) for e in retrieval.selected]
+        conv = engine.retriever.conversation(conversation_id)
+        items = [_item(e, scores.get(e.key, 0.0), conv) for e in retrieval.selected]
         errors = [f"plan: {out.error}"] if out.error else []
         return Recall(conversation_id, query, asked_at, out.value, items, out.usage, errors)
 
@@ -215,16 +238,39 @@ class Memory:
             asked_at=found.asked_at,
         )
 
-    def records(self, conversation_id: str, type: str | None = None, since=None, until=None) -> pa.Table:
-        """The conversation's memory records (no embeddings) as an Arrow table, in segment order.
+    def history(self, conversation_id: str, query: str) -> list[HistoryEntry]:
+        """The values a fact took, oldest first: the first record `search(query)` selects that has
+        links (else the first record it selects) and every record linked to it by supersession,
+        with the records they conflict with; each with the days it held and its source turns.
+        Empty when nothing is found."""
+        items = [i for i in self.recall(conversation_id, query).items if i.kind == "record"]
+        if not items:
+            return []
+        linked = [i for i in items if i.superseded_by or i.valid_until or i.conflicts_with or self._has_predecessor(conversation_id, i.key)]
+        conv = self._engine.retriever.conversation(conversation_id)
+        validity, pos = conv.validity, {rid: n for n, rid in enumerate(conv.records.ids)}
+        chain = validity.chain(pos[(linked or items)[0].key])
+        chain += [j for i in chain for j in validity.conflicts.get(i, []) if j not in chain]
+        chain.sort(key=lambda j: (validity.valid_from[j] or "", conv.records.ids[j]))
+        return [_history_entry(conv, j) for j in chain]
+
+    def _has_predecessor(self, conversation_id: str, record_id: str) -> bool:
+        conv = self._engine.retriever.conversation(conversation_id)
+        i = conv.records.ids.index(record_id)
+        return bool(conv.validity.predecessors.get(i))
+
+    def records(self, conversation_id: str, type: str | None = None, since=None, until=None, current_only: bool = False) -> pa.Table:
+        """The conversation's memory records (no embeddings) as an Arrow table, in segment order,
+        with what their links say: valid_from, valid_until, superseded_by, conflicts_with.
 
         `type`: one record type (fact, preference, event, ...). `since` / `until`: dates (ISO
         strings, `date`s or `datetime`s; "2023-06" means its first day for `since` and its last
         for `until`) that keep the records in the window by retrieval's one rule: a record whose
         [time_start, time_end] overlaps it, or, when it states no time, one of whose source turns
-        was said in it."""
+        was said in it. `current_only`: only the records no later record superseded (those that
+        hold now)."""
         self._check(conversation_id)
-        return select_records(self.store, conversation_id, type=type, since=since, until=until)
+        return select_records(self.store, conversation_id, type=type, since=since, until=until, current_only=current_only)
 
     def turns(self, conversation_id: str, turn_ids: Sequence[str] | None = None) -> pa.Table:
         """The conversation's turns (no embeddings), in order; only `turn_ids` when given. The
@@ -264,7 +310,8 @@ class Memory:
 # --------------------------------------------------------------------------------------------
 # Parameterized reads (module level so they can be tested without the known-id check)
 # --------------------------------------------------------------------------------------------
-def select_records(store: Store, conversation_id: str, type: str | None = None, since=None, until=None) -> pa.Table:
+def select_records(store: Store, conversation_id: str, type: str | None = None, since=None, until=None,
+                   current_only: bool = False) -> pa.Table:
     if type is not None and type not in RECORD_TYPES:
         raise ValueError(f"type must be one of {', '.join(RECORD_TYPES)}; got {type!r}")
     start, end = _bound_date(since, "since", end=False), _bound_date(until, "until", end=True)
@@ -275,13 +322,15 @@ def select_records(store: Store, conversation_id: str, type: str | None = None, 
     if windowed:  # the window rule of retrieval, over the conversation retrieval loads
         conv = cache_for(store).get(store, conversation_id)
         in_window = [conv.records.ids[i] for i in conv.records_in_window(start, end)]
-    params = {"cid": conversation_id, "type": type, "windowed": windowed, "ids": in_window or [""]}
-    columns = ", ".join(f'r."{c}"' for c in RECORD_COLUMNS)
+    params = {"cid": conversation_id, "type": type, "windowed": windowed, "ids": in_window or [""], "current": bool(current_only)}
+    columns = ", ".join([*(f'r."{c}"' for c in RECORD_COLUMNS), *(f'v."{c}"' for c in VALIDITY_COLUMNS)])
     query = f"""
         SELECT {columns} FROM records r
-        WHERE r.conversation_id = $cid
+        JOIN record_validity v ON v.conversation_id = r.conversation_id AND v.record_id = r.record_id
+        WHERE r.conversation_id = $cid AND v.conversation_id = $cid
           AND ($type::VARCHAR IS NULL OR r.type = $type::VARCHAR)
           AND (NOT $windowed OR list_contains($ids, r.record_id))
+          AND (NOT $current OR v.superseded_by IS NULL)
         ORDER BY r.segment_id, r.record_id
     """
     return store.con.sql(query, params=params).to_arrow_table()
@@ -335,7 +384,8 @@ def _config(config: LycheeConfig | str | Path | None) -> LycheeConfig:
     raise TypeError(f"config must be a LycheeConfig, a YAML path or None, got {type(config).__name__}")
 
 
-def _item(e: Evidence, score: float) -> MemoryItem:
+def _item(e: Evidence, score: float, conv: LoadedConversation) -> MemoryItem:
+    links = _link_fields(conv, conv.records.ids.index(e.key)) if e.kind == "record" else {}
     return MemoryItem(
         text=e.text,
         type=e.type,
@@ -346,5 +396,23 @@ def _item(e: Evidence, score: float) -> MemoryItem:
         kind=e.kind,
         key=e.key,
         said=e.said,
+        **links,
+        note=e.note,
         record=e.row if e.kind == "record" else None,
     )
+
+
+def _link_fields(conv: LoadedConversation, i: int) -> dict:
+    v, ids = conv.validity, conv.records.ids
+    return {
+        "valid_from": v.valid_from[i],
+        "valid_until": v.valid_until.get(i),
+        "superseded_by": ids[v.superseded_by[i]] if i in v.superseded_by else None,
+        "conflicts_with": tuple(ids[j] for j in v.conflicts.get(i, [])),
+    }
+
+
+def _history_entry(conv: LoadedConversation, i: int) -> HistoryEntry:
+    links = _link_fields(conv, i)
+    return HistoryEntry(record_id=conv.records.ids[i], text=conv.records.cols["text"][i], source_turn_ids=tuple(conv.records.cols["source_turn_ids"][i] or ()),
+                        current=links["superseded_by"] is None, **links)

@@ -24,6 +24,7 @@ from lychee_ray.query.channels import (
 from lychee_ray.query.conversation import LoadedConversation, cache_for
 from lychee_ray.query.evidence import CandidatePool, Evidence
 from lychee_ray.query.fusion import budget_topk, mmr_select, rrf_fuse
+from lychee_ray.query.validity_rank import ValidityUnit
 from lychee_ray.schemas import QueryPlan, Route
 from lychee_ray.tokens import count_tokens
 
@@ -67,6 +68,7 @@ class Retriever:
         self.count_tokens = count_tokens  # the served model's tokenizer when known, else o200k
         self.channels = channels_for(cfg)
         self._tables = tables_read(self.channels)
+        self.validity = ValidityUnit(count_tokens) if cfg.validity else None
         # the Store's own cache (shared with other Retrievers and baselines over the same Store)
         self.cache = cache_for(store, cfg.cache_mb * 2**20)
 
@@ -89,8 +91,8 @@ class Retriever:
             for channel in self.channels:
                 rankings[f"r{r_idx}:{channel.name}"] = channel.rank(query, pool)
         memo = conv.token_memo(self.count_tokens)  # charges counted by earlier questions
-        for key, e in pool.items():
-            e.tokens = memo.get(key, 0)
+        for e in pool.values():
+            e.tokens = memo.get(e.memo_key, 0)
         return {name: r for name, r in rankings.items() if r}, pool
 
     def _scope(self, conv: LoadedConversation, window: tuple[str | None, str | None]) -> WindowScope | None:
@@ -116,10 +118,14 @@ class Retriever:
         fused = self.fuse(rankings)
         if self.reranker is not None and fused:
             fused = self.reranker.rerank(question, fused, pool)
+        if self.validity is not None:
+            fused = self.validity.adjust(fused, pool, plan)
         result = Retrieval(selected=[], rankings=rankings, fused=fused, candidates=pool)
         result.selected = self.select(fused, pool, qvecs[0], budget)
+        if self.validity is not None:
+            result.selected = self.validity.complete(result.selected, pool, budget)
         memo = pool.conv.token_memo(self.count_tokens)
-        memo.update((k, e.tokens) for k, e in pool.items() if e.tokens)
+        memo.update((e.memo_key, e.tokens) for e in pool.values() if e.tokens)
         return result
 
     def fuse(self, rankings: dict[str, list[str]]) -> list[tuple[str, float]]:

@@ -1,5 +1,6 @@
 """Reading a store: `open_store` gives a `Store`, a DuckDB connection with one view per table
-(`Store.con`, `Store.sql`) plus the reads that load one conversation whole.
+(`Store.con`, `Store.sql`), the derived `record_validity` view (when each record held, from the
+append-only `record_links`), plus the reads that load one conversation whole.
 
 Each view reads exactly the files the commits list (never a glob), with the types the table's
 declaration gives (`lychee_ray.tables`). Rows are sorted by conversation_id in small row groups,
@@ -239,4 +240,31 @@ def open_store(path: str, cfg: LycheeConfig | None = None, *,
     dim = int(manifest["embedding_dim"])
     for table, declared in TABLES.items():
         _create_view(con, table, declared.arrow_schema(dim), committed, fs, base, keep)
+    con.execute(RECORD_VALIDITY_VIEW)
     return Store(path, manifest, con, committed, keep)
+
+
+# A record's validity, derived from the append-only links (never stored): valid from the day it
+# was said; superseded by the successor said first (ties: lowest id), and valid until that day;
+# `conflicts_with` holds the records it contradicts or that contradict it. query/validity.py
+# derives the same for a loaded conversation (tests/test_links.py checks they agree).
+RECORD_VALIDITY_VIEW = """
+CREATE OR REPLACE VIEW record_validity AS
+WITH sup AS (
+    SELECT conversation_id, other_record_id AS record_id,
+           first(record_id ORDER BY stated_at ASC NULLS LAST, record_id) AS superseded_by,
+           first(stated_at ORDER BY stated_at ASC NULLS LAST, record_id) AS valid_until
+    FROM record_links WHERE kind = 'supersedes'
+    GROUP BY conversation_id, other_record_id
+), pairs AS (
+    SELECT conversation_id, record_id, other_record_id AS other FROM record_links WHERE kind = 'contradicts'
+    UNION SELECT conversation_id, other_record_id, record_id FROM record_links WHERE kind = 'contradicts'
+), con AS (
+    SELECT conversation_id, record_id, list(other ORDER BY other) AS conflicts_with FROM pairs GROUP BY conversation_id, record_id
+)
+SELECT r.conversation_id, r.record_id, r.stated_at AS valid_from, s.valid_until, s.superseded_by,
+       coalesce(c.conflicts_with, []::VARCHAR[]) AS conflicts_with
+FROM records r
+LEFT JOIN sup s ON s.conversation_id = r.conversation_id AND s.record_id = r.record_id
+LEFT JOIN con c ON c.conversation_id = r.conversation_id AND c.record_id = r.record_id
+"""

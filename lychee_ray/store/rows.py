@@ -137,6 +137,16 @@ def _record_rows(conv: Conversation, dim: int, problems: list[dict]) -> list[dic
     return rows
 
 
+def _link_rows(conv: Conversation, records: list[dict]) -> list[dict]:
+    """The links with their conversation and the day the later record was said (its stated_at):
+    when the earlier record stopped being current."""
+    said = {r["record_id"]: r["stated_at"] for r in records}
+    return [
+        {**link.as_dict(), "conversation_id": conv.conversation_id, "stated_at": said.get(link.record_id)}
+        for link in conv.links
+    ]
+
+
 def _turn_days(conv: Conversation) -> dict:
     """turn id -> the date it was said. A record's `stated_at` is what an answer prompt shows
     when the record states no event time, so "the most recent memory" can still be told."""
@@ -222,6 +232,7 @@ def conversation_rows(conv: Conversation, dim: int) -> dict[str, list[dict]]:
         "records": records,
         "nodes": _node_rows(conv, dim),
         "record_nodes": [RecordNode(conversation_id=conv.conversation_id, record_id=r, node_id=n) for r, n in conv.record_nodes],
+        "record_links": _link_rows(conv, records),
         "build_stats": [_stats_row(conv)],
         "questions": questions,
         "errors": _errors_rows(conv, problems),

@@ -5,9 +5,9 @@ Two reads, both from committed rows only:
   so a read task can tell an unchanged conversation (skip), a grown one (same digest over the
   stored prefix: extend) and an edited one (anything else);
 - `load_stored_state` (the resume stage, per grown conversation): the turn vectors, the passages
-  of long turns with theirs, segments with
-  the encoder context after each, records with their vectors, node vectors, LLM-failure rows and
-  build cost, so later stages redo only what the new turns change.
+  of long turns with theirs, segments with the encoder context after each, records with their
+  vectors, their links, node vectors, LLM-failure rows and build cost, so later stages redo only
+  what the new turns change.
 Rows are read back by column name into the tables' own row types (`lychee_ray.tables`).
 """
 
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lychee_ray.table_model import vector_matrix
-from lychee_ray.tables import BuildStats, ErrorRow, Passage, Record, SegmentRow
+from lychee_ray.tables import BuildStats, ErrorRow, Passage, Record, RecordLink, SegmentRow
 
 # statuses whose stored rows a grown conversation may build on: anything else is redone whole
 EXTENDABLE = ("ok", "degraded")
@@ -57,6 +57,7 @@ class StoredState:
     record_embeddings: dict[str, np.ndarray]  # record_id -> vector
     node_embeddings: dict[str, np.ndarray]  # node_id -> vector (only nodes that have one)
     stats: dict  # its build_stats row: the cost already paid
+    links: list[RecordLink] = field(default_factory=list)  # its record_links rows (encode keeps those of reused records)
 
 
 class StoredIndex(Mapping[str, StoredConversation]):
@@ -142,6 +143,7 @@ def load_stored_state(store, conversation_id: str) -> StoredState:
         record_embeddings={r.record_id: r.embedding for r in records if r.embedding is not None},
         node_embeddings=dict(zip(node_ids, node_vecs)),
         stats=stats[0].as_dict() if stats else {},
+        links=RecordLink.from_arrow(store.conversation_arrow("record_links", conversation_id)),
     )
 
 

@@ -267,12 +267,18 @@ def _capitalized(text: str) -> list[str]:
 
 
 def _hook_encode(messages: list[dict]) -> dict | None:
-    """One `fact` per turn line `[<turn_id>] <speaker> (<date>): <text>` of the user messages;
-    state.entities = capitalized words of the prompt, open_threads = ["after <last turn id>"]."""
+    """One `fact` per turn line `[<turn_id>] <speaker> (<date>): <text>` of the SEGMENT part of the
+    user messages (all of them when there is no SEGMENT header); state.entities = capitalized words
+    of the prompt, open_threads = ["after <last turn id>"]. Links, mechanically: a record cites an
+    offered earlier record (a recent record ending in `[m<k>]`, or a line `[m<k>] ...` of the older
+    records) that shares two words of six letters or more with its turn, in `contradicts` when that
+    record says "never", else in `supersedes`."""
     prompt = _user_text(messages)
-    turns = [m for m in map(_TURN_LINE.match, prompt.splitlines()) if m]
+    head, _, segment = prompt.partition("\nSEGMENT\n")
+    turns = [m for m in map(_TURN_LINE.match, (segment or head).splitlines()) if m]
     if not turns:
         return None
+    offered = _offered(head if segment else "")
     records = []
     dates = []
     for m in turns:
@@ -280,6 +286,8 @@ def _hook_encode(messages: list[dict]) -> dict | None:
         if date:
             dates.append(date.group(1))
         speaker = m["speaker"].strip()
+        long_words = {w.lower() for w in _WORD.findall(m["text"]) if len(w) > 5}
+        cited = [(ref, text) for ref, text in offered if len(long_words & {w.lower() for w in _WORD.findall(text) if len(w) > 5}) >= 2]
         records.append(
             {
                 "type": "fact",
@@ -288,6 +296,8 @@ def _hook_encode(messages: list[dict]) -> dict | None:
                 "topics": [w.lower() for w in _WORD.findall(m["text"]) if len(w) > 5][:2],
                 "time": {"start": date.group(1), "end": date.group(1), "granularity": "day", "expression": None} if date else None,
                 "source_turn_ids": [m["tid"]],
+                "supersedes": [ref for ref, text in cited if not _NEVER.search(text)],
+                "contradicts": [ref for ref, text in cited if _NEVER.search(text)],
             }
         )
     state = {
@@ -296,6 +306,17 @@ def _hook_encode(messages: list[dict]) -> dict | None:
         "open_threads": [f"after {turns[-1]['tid']}"],
     }
     return {"records": records, "state": state}
+
+
+_OFFERED_LINE = re.compile(r"^\[(?P<ref>m\d+)\]\s+(?:\([^)\n]*\)\s+)?(?P<text>.+)$")
+_RECENT_WITH_ID = re.compile(r"^- \[[^\]\n]+\] (?P<text>.+?) \[(?P<ref>m\d+)\]$")
+_NEVER = re.compile(r"(?i)\bnever\b")
+
+
+def _offered(context: str) -> list[tuple[str, str]]:
+    """(id, text) of the earlier records an encode prompt offers for links."""
+    found = [(m["ref"], m["text"]) for m in map(_RECENT_WITH_ID.match, context.splitlines()) if m]
+    return found + [(m["ref"], m["text"]) for m in map(_OFFERED_LINE.match, context.splitlines()) if m]
 
 
 def _question(messages: list[dict]) -> str:

@@ -1,5 +1,5 @@
-"""A small synthetic store (three conversations of 12 turns, 2 passages, 8 records, 4 nodes each,
-16-d vectors), shared by the store tests and the retrieval-channel tests."""
+"""A small synthetic store (three conversations of 12 turns, 2 passages, 8 records, 4 nodes and
+1 record link each, 16-d vectors), shared by the store tests and the retrieval-channel tests."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lychee_ray.config import LycheeConfig
 from lychee_ray.schemas import Conversation, Segment
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.writer import StoreWriter, prepare_output
-from lychee_ray.tables import BuildStats, Node, Passage, Question, Record, Turn
+from lychee_ray.tables import BuildStats, Node, Passage, Question, Record, RecordLink, Turn
 
 DIM = 16
 INJECT = "c1' OR '1'='1"
@@ -80,6 +80,8 @@ def make_conv(cid: str, seed: int, status: str = "ok", planted: str | None = Non
         turn_embeddings=unit(rng, 12), passages=passages, segments=segments, records=records,
         record_embeddings=unit(rng, len(records)), nodes=nodes, node_embeddings=unit(rng, len(nodes)),
         record_nodes=record_nodes,
+        # record 6 (said on 10 June) replaces record 5: every table of the store has rows
+        links=[RecordLink(record_id=records[6].record_id, other_record_id=records[5].record_id, kind="supersedes", found_by="rules")],
         stats=BuildStats(llm_calls=3, prompt_tokens=100, completion_tokens=20, backend="rules"),
         errors=[{"kind": "turn_split", "field": "text", "message": "split a long turn"}],
     )

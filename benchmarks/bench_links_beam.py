@@ -1,0 +1,155 @@
+"""Record links on BEAM 100K: knowledge_update and contradiction_resolution, validity off and on.
+
+BEAM's probing questions name, by role, the message that was superseded and the one that
+superseded it (knowledge_update: original_info / updated_info) or the two statements that
+conflict (contradiction_resolution: first_statement / second_statement). For each such question
+the script retrieves the context an answerer would get (`Memory.recall`: the rules planner, the
+channels, fusion, MMR under retrieval.context_token_budget) twice, with `retrieval.validity` off
+(before) and on (after), and counts:
+- knowledge_update: the share of questions whose context holds the new statement (an item citing
+  an updated_info message) while the old one is absent or marked superseded (every item citing
+  an original_info message carries a `[was: ... now: ...]` mark);
+- contradiction_resolution: the share whose context holds both statements and marks them as
+  conflicting (an item citing each carries a conflict mark; when BEAM names one message for both
+  roles, that message's item must be marked).
+A message split into parts by the reader ("66#p2") counts as its message. The labels were written
+by BEAM's generating LLM and are noisy (see the data README); the shares are over every question
+of the two abilities in the folders run, whatever the label quality.
+
+The folders are ingested in this process (rules backend, or --llm through the fake OpenAI server:
+its links come from a mechanical word-overlap rule, so that run shows the LLM path's wiring, not a
+model's judgement). BEAM 100K is read at run time from --beam (never copied); ingesting all 20
+folders takes hours on a small shared machine, so --folders picks a subset and the report names it.
+
+    python -m benchmarks.bench_links_beam --folders 1,2,3,4 [--llm] [--out DIR]
+
+Prints the figures and writes them to benchmarks/results/links_beam.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from benchmarks.links_common import RESULTS, build_cost, build_store, config, fake_llm_overrides, fake_server, segmented
+from lychee_ray.embedding import Embedder
+from lychee_ray.query.memory import Memory
+from lychee_ray.store.reader import open_store
+
+BEAM = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "beam" / "100K"
+ABILITIES = ("knowledge_update", "contradiction_resolution")
+
+
+def message(turn_id: str) -> str:
+    return re.sub(r"#p\d+$", "", turn_id)
+
+
+def questions(store_dir: Path, cfg) -> list[dict]:
+    with open_store(str(store_dir), cfg) as store:
+        rows = store.sql("SELECT conversation_id, question_id, question, category, evidence_turn_ids, evidence_roles FROM questions")
+    return [q for q in rows if q["category"] in ABILITIES]
+
+
+def by_role(q: dict) -> dict[str, set[str]]:
+    roles: dict[str, set[str]] = {}
+    for tid, role in zip(q["evidence_turn_ids"] or [], q["evidence_roles"] or []):
+        roles.setdefault(role, set()).add(message(tid))
+    return roles
+
+
+def judge(q: dict, items) -> dict:
+    """What one question's context shows (module docstring)."""
+    roles = by_role(q)
+    citing = lambda ids: [i for i in items if ids & {message(t) for t in i.source_turn_ids}]  # noqa: E731
+    if q["category"] == "knowledge_update":
+        new, old = citing(roles.get("updated_info", set())), citing(roles.get("original_info", set()) - roles.get("updated_info", set()))
+        new_in = bool(new)
+        old_ok = all(i.note is not None and i.note.now for i in old)
+        return {"new_in_context": new_in, "old_absent_or_marked": old_ok, "old_in_context": bool(old), "ok": new_in and old_ok}
+    first, second = citing(roles.get("first_statement", set())), citing(roles.get("second_statement", set()))
+    both = bool(first) and bool(second)
+    marked = any(i.note is not None and i.note.conflicts for i in first) and any(i.note is not None and i.note.conflicts for i in second)
+    return {"both_in_context": both, "marked_conflicting": marked, "ok": both and marked}
+
+
+def measure(store_dir: Path, cfg_overrides: list[str], embedder: Embedder) -> dict:
+    out: dict = {}
+    for label, validity in (("before", "false"), ("after", "true")):
+        cfg = config(*cfg_overrides, f"retrieval.validity={validity}")
+        per_q = []
+        with Memory(cfg, open_store(str(store_dir), cfg), embedder=embedder) as memory:
+            for q in questions(store_dir, cfg):
+                items = memory.recall(q["conversation_id"], q["question"]).items
+                per_q.append({"question_id": q["question_id"], "category": q["category"], **judge(q, items)})
+        out[label] = summarize(per_q)
+        out[label]["questions"] = per_q
+    return out
+
+
+def summarize(per_q: list[dict]) -> dict:
+    out = {}
+    for ability in ABILITIES:
+        rows = [r for r in per_q if r["category"] == ability]
+        keys = [k for k in (rows[0] if rows else {}) if k not in ("question_id", "category")]
+        out[ability] = {"n": len(rows), **{k: round(sum(r[k] for r in rows) / len(rows), 3) for k in keys}} if rows else {"n": 0}
+    return out
+
+
+def link_counts(store_dir: Path, cfg) -> dict:
+    with open_store(str(store_dir), cfg) as store:
+        rows = store.sql("SELECT kind, found_by, count(*) AS n FROM record_links GROUP BY ALL ORDER BY ALL")
+        records = store.sql("SELECT count(*) AS n FROM records")[0]["n"]
+    return {"records": records, "links": {f"{r['kind']}/{r['found_by']}": r["n"] for r in rows}}
+
+
+def run(args) -> dict:
+    work = Path(args.out or tempfile.mkdtemp(prefix="bench-links-beam-"))
+    folders = [f.strip() for f in args.folders.split(",") if f.strip()]
+    embedder = Embedder(config().embedding)
+    # each folder read in place (the reader names it beam-100K-<folder>); nothing is copied
+    convs = segmented(config(), [str(Path(args.beam) / f) for f in folders], embedder)
+    report: dict = {"folders": folders, "conversations": [c.conversation_id for c in convs]}
+    variants = [("rules", lambda url: [])]
+    if args.llm:
+        variants.append(("fake_llm", lambda url: fake_llm_overrides(url)))
+    with fake_server() if args.llm else _nothing() as server:
+        for name, overrides in variants:
+            extra = overrides(server.base_url if server else "")
+            cfg = config(*extra)
+            build = build_store(cfg, convs, work / name, embedder)
+            report[name] = {"build_s": round(build["wall_s"], 1), "cost": build_cost(work / name, cfg), **link_counts(work / name, cfg),
+                            **measure(work / name, extra, embedder)}
+    report["work_dir"] = str(work)
+    return report
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--folders", default="1,2,3,4", help="BEAM 100K conversation folders to run (comma-separated)")
+    p.add_argument("--beam", default=str(BEAM), help="the BEAM 100K folder (read only)")
+    p.add_argument("--llm", action="store_true", help="also ingest through the fake OpenAI server")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    report = run(args)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "links_beam.json").write_text(json.dumps(report, indent=2))
+    brief = {k: ({kk: vv for kk, vv in v.items() if kk not in ("before", "after")} | {
+        "before": {a: v["before"][a] for a in ABILITIES}, "after": {a: v["after"][a] for a in ABILITIES}} if isinstance(v, dict) and "before" in v else v)
+        for k, v in report.items()}
+    print(json.dumps(brief, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()
