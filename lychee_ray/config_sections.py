@@ -289,7 +289,11 @@ class RerankConfig(_Section):
 class RetrievalConfig(_Section):
     # The channels that run (lychee_ray/query/channels.py registers them; an unknown name is
     # refused when the query engine is built). "turn" is turn_vector + turn_bm25.
-    channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn"])
+    channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn", "speaker"])
+    # Leave the conversation's speakers' names out of the query vectors' text: turns never name
+    # their own speaker and records name both everywhere, so the name only adds noise
+    # (query/focus.py); BM25 and the node channel still see it.
+    strip_speaker_names: bool = True
     top_k_per_channel: int = 30
     rrf_kappa: float = 60.0  # RRF(d) = sum_j 1/(kappa + rank_j(d))
     fusion: Literal["rrf", "none"] = "rrf"  # none: a single channel's plain top-k (ablation)

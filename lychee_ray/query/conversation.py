@@ -155,6 +155,7 @@ class LoadedConversation:
         self._index_nodes(edges)
         self.bm25_index: Bm25Index = build_bm25([{"text": t} for t in self.turns.cols["text"]], "text")
         self._tokens: dict = {}  # token counter -> {evidence key: tokens of its prompt line}
+        self._said_by: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def load(cls, store: Store, conversation_id: str) -> "LoadedConversation":
@@ -248,6 +249,25 @@ class LoadedConversation:
             return []
         recs, counts = np.unique(np.concatenate(parts), return_counts=True)
         return recs[np.lexsort((self.records.id_rank[recs], -counts))].tolist()
+
+    @property
+    def speakers(self) -> list[str]:
+        """The conversation's speakers, most turns first (then by name)."""
+        counts: dict[str, int] = {}
+        for s in self.turns.cols["speaker"]:
+            if s:
+                counts[s] = counts.get(s, 0) + 1
+        return sorted(counts, key=lambda s: (-counts[s], s))
+
+    def said_by(self, speaker: str) -> tuple[np.ndarray, np.ndarray]:
+        """(record mask, turn mask): the records citing a turn `speaker` said, and those turns."""
+        if speaker not in self._said_by:
+            turns = np.array([s == speaker for s in self.turns.cols["speaker"]], dtype=bool)
+            records = np.zeros(self.records.n, bool)
+            for t in np.flatnonzero(turns):
+                records[self.covering(self.turns.ids[t])] = True
+            self._said_by[speaker] = (records, turns)
+        return self._said_by[speaker]
 
     def covering(self, turn_id: str) -> list[int]:
         """The records citing `turn_id` (one entry per citation), in record_id order."""

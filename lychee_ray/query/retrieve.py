@@ -18,11 +18,11 @@ from lychee_ray.query.channels import (
     RouteQuery,
     WindowScope,
     channels_for,
-    route_text,
     tables_read,
 )
 from lychee_ray.query.conversation import LoadedConversation, cache_for
 from lychee_ray.query.evidence import CandidatePool, Evidence
+from lychee_ray.query.focus import focus_speaker, route_text, vector_text
 from lychee_ray.query.fusion import budget_topk, mmr_select, rrf_fuse
 from lychee_ray.schemas import QueryPlan, Route
 from lychee_ray.tokens import count_tokens
@@ -56,6 +56,9 @@ def _window(route: Route) -> tuple[str | None, str | None] | None:
     return (tw.start, tw.end) if tw and (tw.start or tw.end) else None
 
 
+__all__ = ["BASELINES", "Retrieval", "Retriever", "baseline_turns", "entity_names", "route_text"]
+
+
 class Retriever:
     """Runs the configured channels over one opened `Store`, one question at a time."""
 
@@ -82,10 +85,13 @@ class Retriever:
         sims = {name: getattr(conv, name).cosine(q) for name in self._tables}
         rankings: dict[str, list[str]] = {}
         pool = CandidatePool(conv)
+        speakers = conv.speakers
         for r_idx, (route, qv) in enumerate(zip(plan.routes, qvecs)):
             window = _window(route)
             scope = self._scope(conv, window) if window else None
-            query = RouteQuery(conv, route, qv, {t: s[r_idx] for t, s in sims.items()}, window, scope, self.cfg.top_k_per_channel)
+            speaker = focus_speaker(route, speakers)
+            said = WindowScope(*conv.said_by(speaker)) if speaker else None
+            query = RouteQuery(conv, route, qv, {t: s[r_idx] for t, s in sims.items()}, window, scope, self.cfg.top_k_per_channel, said)
             for channel in self.channels:
                 rankings[f"r{r_idx}:{channel.name}"] = channel.rank(query, pool)
         memo = conv.token_memo(self.count_tokens)  # charges counted by earlier questions
@@ -107,9 +113,17 @@ class Retriever:
         return WindowScope(records, turns)
 
     # ---- fusion and selection -----------------------------------------------------------------
+    def query_texts(self, conversation_id: str, plan: QueryPlan, question: str) -> list[str]:
+        """The texts of the routes' query vectors (`focus.vector_text`); the question when the
+        plan has no route."""
+        if not plan.routes:
+            return [question]
+        speakers = self.conversation(conversation_id).speakers
+        return [vector_text(r, speakers, self.cfg.strip_speaker_names) for r in plan.routes]
+
     def retrieve(self, conversation_id: str, plan: QueryPlan, question: str, budget: int | None = None) -> Retrieval:
         budget = budget or self.cfg.context_token_budget
-        qvecs = self.embed([route_text(r) for r in plan.routes] or [question])
+        qvecs = self.embed(self.query_texts(conversation_id, plan, question))
         if not plan.routes:
             plan = QueryPlan(routes=[Route(goal=question, search_terms=[], entities=[], topics=[], time_window=None)])
         rankings, pool = self.channel_rankings(conversation_id, plan, qvecs)
