@@ -299,6 +299,10 @@ class RetrievalConfig(_Section):
     fusion: Literal["rrf", "none"] = "rrf"  # none: a single channel's plain top-k (ablation)
     mmr_lambda: float = 0.7  # relevance vs. diversity in MMR selection
     context_token_budget: int = 1500  # tokens of serialized evidence in the answer prompt
+    # whether an evidence line in the answer prompt cites its source turn ids ("src D1:3"): the
+    # answer step does not use them (evaluate's recall reads them from the rows either way),
+    # and they cost about a sixth of a line, so off they buy more evidence per budget
+    evidence_sources: bool = False
     max_node_matches: int = 8  # nodes matched per route in node expansion
     # filter: a route's time window restricts every channel to in-window records/turns (a window
     # that holds nothing is ignored); channel: the window only adds the time channel (ablation)

@@ -4,6 +4,7 @@ selects the record a question needs, and the same retrieval without it does not.
 
 - speaker focus (query/focus.py): the speakers' names are left out of the query vector's text,
   and the `speaker_*` channels rank within what the one named speaker said;
+- evidence lines without source ids (`retrieval.evidence_sources`): more evidence per budget.
 """
 
 from __future__ import annotations
@@ -104,3 +105,17 @@ def test_speaker_channels_stay_silent_without_one_named_speaker(store):
         p = plan(question)
         rankings, _ = r.channel_rankings(CID, p, concept_embed(r.query_texts(CID, p, question)))
         assert rankings == {}
+
+
+# ---------------------------------------------------------------------------- evidence lines
+def test_lines_without_source_ids_fit_more_evidence_and_keep_the_rows_sources(store):
+    question = "What hobbies does Ada have?"
+    budget = 60
+    cited = retriever(store, "retrieval.evidence_sources=true").retrieve(CID, plan(question), question, budget)
+    bare = retriever(store, "retrieval.evidence_sources=false").retrieve(CID, plan(question), question, budget)
+    assert all("src D" in e.render() for e in cited.selected)
+    assert not any("src" in e.render() for e in bare.selected)
+    assert "src" not in bare.context_text and bare.context_tokens <= budget
+    assert len(bare.selected) > len(cited.selected)
+    # recall reads the rows: each selected item still knows its source turn
+    assert bare.source_turn_ids and all(e.source_turn_ids for e in bare.selected)

@@ -114,7 +114,8 @@ class RetrieveStage(Stage[QAItem]):
             item.recall_curve.append(evidence_recall(item.evidence_turn_ids, list(dict.fromkeys(t for e in sel for t in e.source_turn_ids))))
         for name in self.cfg.evaluate.baselines:
             # One search per baseline: every hit with its token count, then each budget's cut.
-            ranked = baseline_turns(self.store, name, item.conversation_id, item.question, qv, UNBOUNDED, count=self.count)
+            ranked = baseline_turns(self.store, name, item.conversation_id, item.question, qv, UNBOUNDED, count=self.count,
+                                    show_sources=self.cfg.retrieval.evidence_sources)
             curve = [evidence_recall(item.evidence_turn_ids, _turn_ids(cut_to_budget(ranked, b))) for b in budgets]
             main = cut_to_budget(ranked, self.cfg.retrieval.context_token_budget)
             item.baselines[name] = {

@@ -154,7 +154,7 @@ class LoadedConversation:
         self._index_records(records)
         self._index_nodes(edges)
         self.bm25_index: Bm25Index = build_bm25([{"text": t} for t in self.turns.cols["text"]], "text")
-        self._tokens: dict = {}  # token counter -> {evidence key: tokens of its prompt line}
+        self._tokens: dict = {}  # (token counter, line form) -> {evidence key: tokens of its prompt line}
         self._said_by: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
@@ -278,8 +278,9 @@ class LoadedConversation:
         return [i for i, _ in bm25_order(self.bm25_index, query_text, k)]
 
     def token_memo(self, counter) -> dict[str, int]:
-        """What `counter` charged for each evidence line of this conversation so far: a line is
-        fixed for the snapshot, so its count is, and a warm question need not tokenize again."""
+        """What `counter` (a token counter, with whatever else decides how a line renders)
+        charged for each evidence line of this conversation so far: a line is fixed for the
+        snapshot, so its count is, and a warm question need not tokenize again."""
         return self._tokens.setdefault(counter, {})
 
     def check_queries(self, queries) -> np.ndarray:

@@ -81,10 +81,12 @@ class MemoryItem:
     said: str | None = None  # the day it was said (a record's stated_at, a turn's day)
     # the whole stored record (every column, its vector included); None for a raw turn
     record: Record | None = field(default=None, compare=False, repr=False)
+    show_sources: bool = field(default=True, compare=False, repr=False)  # retrieval.evidence_sources
 
     def prompt_item(self) -> EvidenceItem:
-        """This item as the answer prompt shows it."""
-        return EvidenceItem(self.text, self.type, self.time, self.said, self.source_turn_ids)
+        """This item as the answer prompt shows it (its source ids only under
+        `retrieval.evidence_sources`)."""
+        return EvidenceItem(self.text, self.type, self.time, self.said, self.source_turn_ids if self.show_sources else ())
 
 
 @dataclass
@@ -348,4 +350,5 @@ def _item(e: Evidence, score: float) -> MemoryItem:
         key=e.key,
         said=e.said,
         record=e.row if e.kind == "record" else None,
+        show_sources=e.show_sources,
     )

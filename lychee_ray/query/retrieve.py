@@ -84,7 +84,7 @@ class Retriever:
         # one matrix product per table, for every route at once
         sims = {name: getattr(conv, name).cosine(q) for name in self._tables}
         rankings: dict[str, list[str]] = {}
-        pool = CandidatePool(conv)
+        pool = CandidatePool(conv, self.cfg.evidence_sources)
         speakers = conv.speakers
         for r_idx, (route, qv) in enumerate(zip(plan.routes, qvecs)):
             window = _window(route)
@@ -94,7 +94,7 @@ class Retriever:
             query = RouteQuery(conv, route, qv, {t: s[r_idx] for t, s in sims.items()}, window, scope, self.cfg.top_k_per_channel, said)
             for channel in self.channels:
                 rankings[f"r{r_idx}:{channel.name}"] = channel.rank(query, pool)
-        memo = conv.token_memo(self.count_tokens)  # charges counted by earlier questions
+        memo = conv.token_memo((self.count_tokens, self.cfg.evidence_sources))  # charges counted by earlier questions
         for key, e in pool.items():
             e.tokens = memo.get(key, 0)
         return {name: r for name, r in rankings.items() if r}, pool
@@ -132,7 +132,7 @@ class Retriever:
             fused = self.reranker.rerank(question, fused, pool)
         result = Retrieval(selected=[], rankings=rankings, fused=fused, candidates=pool)
         result.selected = self.select(fused, pool, qvecs[0], budget)
-        memo = pool.conv.token_memo(self.count_tokens)
+        memo = pool.conv.token_memo((self.count_tokens, self.cfg.evidence_sources))
         memo.update((k, e.tokens) for k, e in pool.items() if e.tokens)
         return result
 
@@ -169,7 +169,7 @@ BASELINES = ("naive_rag", "bm25")
 
 
 def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: np.ndarray, budget: int, k: int = 200,
-                   count=count_tokens) -> list[Evidence]:
+                   count=count_tokens, show_sources: bool = True) -> list[Evidence]:
     """naive_rag: top-k raw turns by vector; bm25: top-k raw turns by BM25; both cut to budget.
     Reads the Store's conversation cache (`cache_for`), shared with the retriever."""
     if kind not in BASELINES:
@@ -179,7 +179,7 @@ def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: 
         hits = conv.turns.top(conv.turns.cosine(conv.check_queries(qvec))[0], k)
     else:
         hits = conv.bm25(question, k)
-    pool = CandidatePool(conv)
+    pool = CandidatePool(conv, show_sources)
     items = [pool[key] for key in pool.add_turns(hits)]
     for e in items:
         e.tokens = count(e.render())
