@@ -322,12 +322,20 @@ class RerankConfig(_Section):
 class RetrievalConfig(_Section):
     # The channels that run (lychee_ray/query/channels.py registers them; an unknown name is
     # refused when the query engine is built). "turn" is turn_vector + turn_bm25.
-    channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn"])
+    channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn", "speaker"])
+    # Leave the conversation's speakers' names out of the query vectors' text: turns never name
+    # their own speaker and records name both everywhere, so the name only adds noise
+    # (query/focus.py); BM25 and the node channel still see it.
+    strip_speaker_names: bool = True
     top_k_per_channel: int = 30  # candidates each channel ranks per route
     rrf_kappa: float = 60.0  # RRF(d) = sum_j 1/(kappa + rank_j(d))
     fusion: Literal["rrf", "none"] = "rrf"  # none: a single channel's plain top-k (ablation)
     mmr_lambda: float = 0.7  # relevance vs. diversity in MMR selection
     context_token_budget: int = 1500  # tokens of serialized evidence in the answer prompt
+    # whether an evidence line in the answer prompt cites its source turn ids ("src D1:3"): the
+    # answer step does not use them (evaluate's recall reads them from the rows either way),
+    # and they cost about a sixth of a line, so off they buy more evidence per budget
+    evidence_sources: bool = False
     max_node_matches: int = 8  # nodes matched per route in node expansion
     # filter: a route's time window restricts every channel to in-window records/turns (a window
     # that holds nothing is ignored); channel: the window only adds the time channel (ablation)

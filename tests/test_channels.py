@@ -134,8 +134,11 @@ def test_channels_rank_what_each_promises(store):
                   time_window=TimeWindow(start="2023-06-01", end="2023-06-30"))
     q = route_query(conv, route, qv)
     by_name = {ch.name: ch for ch in channels_for(cfg)}
-    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25"]  # "turn" is both
+    # "turn" and "speaker" name two each
+    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record"]
     pool = CandidatePool(conv)
+    # the route names no speaker of c1 ("A", "B"): the speaker channels have nothing to rank
+    assert by_name["speaker_turn"].rank(q, pool) == [] == by_name["speaker_record"].rank(q, pool)
     assert by_name["record_vector"].rank(q, pool)[0] == "c1:r04"
     # node: Ysolde's records (even ones) via the name, ranked by the query vector
     node_keys = by_name["node"].rank(q, pool)

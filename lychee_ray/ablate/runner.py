@@ -259,7 +259,8 @@ def fill_naive_rag(items: list, engine: QueryEngine, embedder: CountingEmbedder)
     budget = engine.cfg.retrieval.context_token_budget
     qvecs = embedder.encode([i.question for i in items])
     for item, qv in zip(items, qvecs):
-        sel = baseline_turns(engine.store, "naive_rag", item.conversation_id, item.question, qv, budget, count=engine.count_tokens)
+        sel = baseline_turns(engine.store, "naive_rag", item.conversation_id, item.question, qv, budget, count=engine.count_tokens,
+                             show_sources=engine.cfg.retrieval.evidence_sources)
         item.evidence = [e.prompt_item() for e in sel]
         item.retrieved_turn_ids = [e.source_turn_ids[0] for e in sel]
         item.context_tokens = sum(e.tokens for e in sel)
@@ -298,7 +299,7 @@ def fill_full_context(items: list, engine: QueryEngine, context_tokens: int) -> 
 
 def whole_conversation(engine: QueryEngine, conversation_id: str) -> list[Evidence]:
     """Every turn of the conversation as raw-turn evidence, in order."""
-    pool = CandidatePool(engine.retriever.conversation(conversation_id))
+    pool = CandidatePool(engine.retriever.conversation(conversation_id), engine.cfg.retrieval.evidence_sources)
     return [pool[key] for key in pool.add_turns(list(range(pool.conv.turns.n)))]
 
 

@@ -22,14 +22,13 @@ from lychee_ray.llm.client import LLMClient, llm_client, run_closing
 from lychee_ray.llm.prompts import locomo_judge_messages, longmemeval_judge_messages, rubric_judge_messages
 from lychee_ray.llm.schema import json_schema_for
 from lychee_ray.query.answer import Answerer
-from lychee_ray.query.channels import route_text
 from lychee_ray.query.engine import QueryEngine
 from lychee_ray.query.evidence import Evidence
 from lychee_ray.query.fusion import budget_topk
 from lychee_ray.query.retrieve import baseline_turns
 from lychee_ray.rules.answerer import extractive_answer
 from lychee_ray.runtime.stage import AsyncStage, Resources, Stage
-from lychee_ray.schemas import JudgeOutput, RubricGrade
+from lychee_ray.schemas import JudgeOutput, QueryPlan, RubricGrade
 from lychee_ray.store.reader import open_store
 
 log = logging.getLogger(__name__)
@@ -118,7 +117,8 @@ class RetrieveStage(Stage[QAItem]):
             item.recall_curve.append(evidence_recall(item.evidence_turn_ids, list(dict.fromkeys(t for e in sel for t in e.source_turn_ids))))
         for name in self.cfg.evaluate.baselines:
             # One search per baseline: every hit with its token count, then each budget's cut.
-            ranked = baseline_turns(self.store, name, item.conversation_id, item.question, qv, UNBOUNDED, count=self.count)
+            ranked = baseline_turns(self.store, name, item.conversation_id, item.question, qv, UNBOUNDED, count=self.count,
+                                    show_sources=self.cfg.retrieval.evidence_sources)
             curve = [evidence_recall(item.evidence_turn_ids, _turn_ids(cut_to_budget(ranked, b))) for b in budgets]
             main = cut_to_budget(ranked, self.cfg.retrieval.context_token_budget)
             item.baselines[name] = {
@@ -131,7 +131,7 @@ class RetrieveStage(Stage[QAItem]):
         for item in items:
             if item.status == "ok" and item.conversation_id not in self.record_counts and not self._known(item.conversation_id):
                 item.status, item.error = "error", f"conversation {item.conversation_id!r} is not in the store"
-        texts = sorted({t for item in items if item.status == "ok" for t in query_texts(item)})
+        texts = sorted({t for item in items if item.status == "ok" for t in self.query_texts(item)})
         try:
             self.vectors = dict(zip(texts, self.engine.embedder.encode(texts))) if texts else {}
         except Exception as exc:  # e.g. an embedding endpoint down: each question then fails alone
@@ -151,18 +151,17 @@ class RetrieveStage(Stage[QAItem]):
             self.vectors.update(zip(missing, self.engine.embedder.encode(missing)))
         return np.stack([self.vectors[t] for t in texts])
 
+    def query_texts(self, item: QAItem) -> list[str]:
+        """What retrieve embeds for a question: its routes' vector texts
+        (`Retriever.query_texts`) and the question itself (recall curve and baselines)."""
+        plan = item.plan if item.plan is not None else QueryPlan(routes=[])
+        return [*self.retriever.query_texts(item.conversation_id, plan, item.question), item.question]
+
     def teardown(self):
         self.store.close()
 
     def _known(self, cid: str) -> bool:
         return bool(self.store.con.execute("select 1 from conversations where conversation_id = ? limit 1", [cid]).fetchall())
-
-
-def query_texts(item: QAItem) -> list[str]:
-    """What retrieve embeds for a question: its routes' texts (`Retriever.retrieve`; the question
-    when the plan has no route) and the question itself (recall curve and baselines)."""
-    routes = item.plan.routes if item.plan is not None else []
-    return [*(route_text(r) for r in routes), item.question]
 
 
 class AnswerStage(AsyncStage[QAItem]):

@@ -17,6 +17,10 @@ The built-in ones (DESIGN.md step 6):
 - turn_vector / turn_bm25: raw turns by vector and by BM25 (a long turn by its best passage,
   turn_docs.py), each hit mapped to the records that cite its turn (a turn no record covers
   stays as raw evidence: the passage hit, for a long turn). "turn" names both.
+- speaker_turn / speaker_record: when the route names exactly one of the conversation's
+  speakers, the turns that speaker said (and the records citing them) by vector: a second
+  ranking within what that person said, where the answer nearly always is (focus.py). "speaker"
+  names both; a route naming no speaker, or two, gets nothing from them.
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ import numpy as np
 from lychee_ray.config_sections import RetrievalConfig
 from lychee_ray.query.conversation import LoadedConversation
 from lychee_ray.query.evidence import CandidatePool
+from lychee_ray.query.focus import route_text
 from lychee_ray.schemas import Route
 
 
 @dataclass
 class WindowScope:
-    """Under `retrieval.time_routes: filter`, what a windowed route may return: masks over the
-    loaded conversation's records and turns."""
+    """Masks over the loaded conversation's records and turns: what a windowed route may return
+    under `retrieval.time_routes: filter`, or what the route's one named speaker said."""
 
     records: np.ndarray
     turns: np.ndarray
@@ -51,12 +56,14 @@ class RouteQuery:
     window: tuple[str | None, str | None] | None  # the route's time window, when it has one
     scope: WindowScope | None
     k: int  # top_k_per_channel
+    said: WindowScope | None = None  # the turns the route's one named speaker said, and their records (focus.py)
 
-
-def route_text(route: Route) -> str:
-    """What a route searches with: its goal and the search terms the goal does not contain."""
-    terms = " ".join(t for t in route.search_terms if t.lower() not in route.goal.lower())
-    return f"{route.goal} {terms}".strip()
+    def within(self, table: str, mask: np.ndarray | None) -> np.ndarray | None:
+        """`mask` and the time scope of `table` ("records" or "turns") together (None: no limit)."""
+        window = getattr(self.scope, table) if self.scope else None
+        if mask is None or window is None:
+            return window if mask is None else mask
+        return mask & window
 
 
 class Channel:
@@ -74,7 +81,7 @@ class Channel:
 
 CHANNELS: dict[str, type[Channel]] = {}
 # config names that stand for several channels
-CHANNEL_GROUPS: dict[str, tuple[str, ...]] = {"turn": ("turn_vector", "turn_bm25")}
+CHANNEL_GROUPS: dict[str, tuple[str, ...]] = {"turn": ("turn_vector", "turn_bm25"), "speaker": ("speaker_turn", "speaker_record")}
 
 
 def register(cls: type[Channel]) -> type[Channel]:
@@ -150,6 +157,29 @@ class TurnBm25Channel(Channel):
     def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
         hits = q.conv.docs.bm25(route_text(q.route), q.k, q.scope.turns if q.scope else None)
         return pool.add_turn_hits(hits, q.scope.records if q.scope else None)
+
+
+@register
+class SpeakerTurnChannel(Channel):
+    name = "speaker_turn"
+    tables = ("docs",)
+
+    def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
+        if q.said is None:
+            return []
+        hits = q.conv.docs.top(q.sims["docs"], q.k, q.within("turns", q.said.turns))
+        return pool.add_turn_hits(hits, q.scope.records if q.scope else None)
+
+
+@register
+class SpeakerRecordChannel(Channel):
+    name = "speaker_record"
+    tables = ("records",)
+
+    def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
+        if q.said is None:
+            return []
+        return pool.add_records(q.conv.records.top(q.sims["records"], q.k, q.within("records", q.said.records)))
 
 
 def tables_read(channels: Iterable[Channel]) -> list[str]:

@@ -160,7 +160,8 @@ class LoadedConversation:
         passages = passages if passages is not None else Passage.to_arrow([], dim)
         # what the raw-turn channels rank: whole turns, and the passages of long ones
         self.docs = TurnDocs(self.turns, passages, _vectors(passages, dim), self.bm25_index, dim)
-        self._tokens: dict = {}  # token counter -> {evidence key: tokens of its prompt line}
+        self._tokens: dict = {}  # (token counter, line form) -> {evidence key: tokens of its prompt line}
+        self._said_by: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def load(cls, store: Store, conversation_id: str) -> "LoadedConversation":
@@ -258,6 +259,25 @@ class LoadedConversation:
         recs, counts = np.unique(np.concatenate(parts), return_counts=True)
         return recs[np.lexsort((self.records.id_rank[recs], -counts))].tolist()
 
+    @property
+    def speakers(self) -> list[str]:
+        """The conversation's speakers, most turns first (then by name)."""
+        counts: dict[str, int] = {}
+        for s in self.turns.cols["speaker"]:
+            if s:
+                counts[s] = counts.get(s, 0) + 1
+        return sorted(counts, key=lambda s: (-counts[s], s))
+
+    def said_by(self, speaker: str) -> tuple[np.ndarray, np.ndarray]:
+        """(record mask, turn mask): the records citing a turn `speaker` said, and those turns."""
+        if speaker not in self._said_by:
+            turns = np.array([s == speaker for s in self.turns.cols["speaker"]], dtype=bool)
+            records = np.zeros(self.records.n, bool)
+            for t in np.flatnonzero(turns):
+                records[self.covering(self.turns.ids[t])] = True
+            self._said_by[speaker] = (records, turns)
+        return self._said_by[speaker]
+
     def covering(self, turn_id: str) -> list[int]:
         """The records citing `turn_id` (one entry per citation), in record_id order."""
         return self.cover.get(turn_id, [])
@@ -267,8 +287,9 @@ class LoadedConversation:
         return [i for i, _ in bm25_order(self.bm25_index, query_text, k)]
 
     def token_memo(self, counter) -> dict[str, int]:
-        """What `counter` charged for each evidence line of this conversation so far: a line is
-        fixed for the snapshot, so its count is, and a warm question need not tokenize again."""
+        """What `counter` (a token counter, with whatever else decides how a line renders)
+        charged for each evidence line of this conversation so far: a line is fixed for the
+        snapshot, so its count is, and a warm question need not tokenize again."""
         return self._tokens.setdefault(counter, {})
 
     def check_queries(self, queries) -> np.ndarray:

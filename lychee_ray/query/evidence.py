@@ -4,6 +4,9 @@ pool a question's channels fill.
 An `Evidence` holds its row as the store declares it (`tables.Record` or `tables.Turn`), so a new
 column reaches retrieval, the public `MemoryItem` and the answer prompt without being copied
 field by field; what the prompt shows of it is `prompt_item()` (llm/prompts.py renders the line).
+Its source turn ids stay on the row (evaluate's recall and `MemoryItem.source_turn_ids` read them)
+whether or not the line cites them: the answer step has no use for them, and citing them costs
+about a sixth of a line's tokens (`retrieval.evidence_sources`).
 Keys are `record_id`s, `turn:<turn_id>` for raw turns, or `turn:<turn_id>#<k>` for passage k of a
 long turn (query/turn_docs.py: its row is the turn's with the passage's text and vector).
 """
@@ -28,6 +31,7 @@ class Evidence:
     row: Record | Turn
     tokens: int = 0  # of `render()`, the line the answer prompt gets: what the budget charges
     note: ValidityNote | None = None  # what its links say, when retrieval.validity marks it (validity_rank.py)
+    show_sources: bool = True  # whether the line cites its source turn ids (`retrieval.evidence_sources`)
 
     @property
     def kind(self) -> str:
@@ -74,7 +78,8 @@ class Evidence:
         return self.key if self.note is None else f"{self.key}\x1f{self.note!r}"
 
     def prompt_item(self) -> EvidenceItem:
-        return EvidenceItem(self.text, self.type, self.time, self.said, tuple(self.source_turn_ids), self.note)
+        sources = tuple(self.source_turn_ids) if self.show_sources else ()
+        return EvidenceItem(self.text, self.type, self.time, self.said, sources, self.note)
 
     def render(self) -> str:
         return self.prompt_item().line()
@@ -82,11 +87,13 @@ class Evidence:
 
 class CandidatePool(dict):
     """evidence key -> Evidence for one question over one loaded conversation: what the
-    channels found, each candidate made once however many channels find it."""
+    channels found, each candidate made once however many channels find it. `show_sources`:
+    whether its lines cite their source turns (what each line costs depends on it)."""
 
-    def __init__(self, conv: LoadedConversation):
+    def __init__(self, conv: LoadedConversation, show_sources: bool = True):
         super().__init__()
         self.conv = conv
+        self.show_sources = show_sources
 
     def add_records(self, positions: list[int]) -> list[str]:
         """Keys of the records at `positions` (in order), adding each to the pool."""
@@ -94,7 +101,7 @@ class CandidatePool(dict):
         for i in positions:
             key = self.conv.records.ids[i]
             if key not in self:
-                self[key] = Evidence(key, self.conv.records.row(i))
+                self[key] = Evidence(key, self.conv.records.row(i), show_sources=self.show_sources)
             keys.append(key)
         return keys
 
@@ -104,7 +111,7 @@ class CandidatePool(dict):
         for t in positions:
             key = TURN_PREFIX + self.conv.turns.ids[t]
             if key not in self:
-                self[key] = Evidence(key, self.conv.turns.row(t))
+                self[key] = Evidence(key, self.conv.turns.row(t), show_sources=self.show_sources)
             keys.append(key)
         return keys
 

@@ -88,10 +88,12 @@ class MemoryItem:
     note: ValidityNote | None = None  # how the answer prompt marks it (retrieval.validity)
     # the whole stored record (every column, its vector included); None for a raw turn
     record: Record | None = field(default=None, compare=False, repr=False)
+    show_sources: bool = field(default=True, compare=False, repr=False)  # retrieval.evidence_sources
 
     def prompt_item(self) -> EvidenceItem:
-        """This item as the answer prompt shows it."""
-        return EvidenceItem(self.text, self.type, self.time, self.said, self.source_turn_ids, self.note)
+        """This item as the answer prompt shows it (its source ids only under
+        `retrieval.evidence_sources`)."""
+        return EvidenceItem(self.text, self.type, self.time, self.said, self.source_turn_ids if self.show_sources else (), self.note)
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,7 @@ def _item(e: Evidence, score: float, conv: LoadedConversation) -> MemoryItem:
         **links,
         note=e.note,
         record=e.row if e.kind == "record" else None,
+        show_sources=e.show_sources,
     )
 
 

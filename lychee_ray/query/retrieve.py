@@ -18,11 +18,11 @@ from lychee_ray.query.channels import (
     RouteQuery,
     WindowScope,
     channels_for,
-    route_text,
     tables_read,
 )
 from lychee_ray.query.conversation import LoadedConversation, cache_for
 from lychee_ray.query.evidence import CandidatePool, Evidence
+from lychee_ray.query.focus import focus_speaker, route_text, vector_text
 from lychee_ray.query.fusion import budget_topk, mmr_select, rrf_fuse
 from lychee_ray.query.validity_rank import ValidityUnit
 from lychee_ray.schemas import QueryPlan, Route
@@ -57,6 +57,9 @@ def _window(route: Route) -> tuple[str | None, str | None] | None:
     return (tw.start, tw.end) if tw and (tw.start or tw.end) else None
 
 
+__all__ = ["BASELINES", "Retrieval", "Retriever", "baseline_turns", "entity_names", "route_text"]
+
+
 class Retriever:
     """Runs the configured channels over one opened `Store`, one question at a time."""
 
@@ -83,14 +86,17 @@ class Retriever:
         # one matrix product per table, for every route at once
         sims = {name: getattr(conv, name).cosine(q) for name in self._tables}
         rankings: dict[str, list[str]] = {}
-        pool = CandidatePool(conv)
+        pool = CandidatePool(conv, self.cfg.evidence_sources)
+        speakers = conv.speakers
         for r_idx, (route, qv) in enumerate(zip(plan.routes, qvecs)):
             window = _window(route)
             scope = self._scope(conv, window) if window else None
-            query = RouteQuery(conv, route, qv, {t: s[r_idx] for t, s in sims.items()}, window, scope, self.cfg.top_k_per_channel)
+            speaker = focus_speaker(route, speakers)
+            said = WindowScope(*conv.said_by(speaker)) if speaker else None
+            query = RouteQuery(conv, route, qv, {t: s[r_idx] for t, s in sims.items()}, window, scope, self.cfg.top_k_per_channel, said)
             for channel in self.channels:
                 rankings[f"r{r_idx}:{channel.name}"] = channel.rank(query, pool)
-        memo = conv.token_memo(self.count_tokens)  # charges counted by earlier questions
+        memo = conv.token_memo((self.count_tokens, self.cfg.evidence_sources))  # charges counted by earlier questions
         for e in pool.values():
             e.tokens = memo.get(e.memo_key, 0)
         return {name: r for name, r in rankings.items() if r}, pool
@@ -109,9 +115,17 @@ class Retriever:
         return WindowScope(records, turns)
 
     # ---- fusion and selection -----------------------------------------------------------------
+    def query_texts(self, conversation_id: str, plan: QueryPlan, question: str) -> list[str]:
+        """The texts of the routes' query vectors (`focus.vector_text`); the question when the
+        plan has no route."""
+        if not plan.routes:
+            return [question]
+        speakers = self.conversation(conversation_id).speakers
+        return [vector_text(r, speakers, self.cfg.strip_speaker_names) for r in plan.routes]
+
     def retrieve(self, conversation_id: str, plan: QueryPlan, question: str, budget: int | None = None) -> Retrieval:
         budget = budget or self.cfg.context_token_budget
-        qvecs = self.embed([route_text(r) for r in plan.routes] or [question])
+        qvecs = self.embed(self.query_texts(conversation_id, plan, question))
         if not plan.routes:
             plan = QueryPlan(routes=[Route(goal=question, search_terms=[], entities=[], topics=[], time_window=None)])
         rankings, pool = self.channel_rankings(conversation_id, plan, qvecs)
@@ -124,7 +138,7 @@ class Retriever:
         result.selected = self.select(fused, pool, qvecs[0], budget)
         if self.validity is not None:
             result.selected = self.validity.complete(result.selected, pool, budget)
-        memo = pool.conv.token_memo(self.count_tokens)
+        memo = pool.conv.token_memo((self.count_tokens, self.cfg.evidence_sources))
         memo.update((e.memo_key, e.tokens) for e in pool.values() if e.tokens)
         return result
 
@@ -161,7 +175,7 @@ BASELINES = ("naive_rag", "bm25")
 
 
 def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: np.ndarray, budget: int, k: int = 200,
-                   count=count_tokens) -> list[Evidence]:
+                   count=count_tokens, show_sources: bool = True) -> list[Evidence]:
     """naive_rag: top-k raw turns by vector; bm25: top-k raw turns by BM25; both cut to budget.
     Reads the Store's conversation cache (`cache_for`), shared with the retriever."""
     if kind not in BASELINES:
@@ -171,7 +185,7 @@ def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: 
         hits = conv.turns.top(conv.turns.cosine(conv.check_queries(qvec))[0], k)
     else:
         hits = conv.bm25(question, k)
-    pool = CandidatePool(conv)
+    pool = CandidatePool(conv, show_sources)
     items = [pool[key] for key in pool.add_turns(hits)]
     for e in items:
         e.tokens = count(e.render())
