@@ -23,7 +23,6 @@ from lychee_ray.tables import INGEST_TABLES
 from .support.asked import chitchat_ids, speakers_of
 from .support.generated import local_config
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 
 @pytest.fixture(scope="module")

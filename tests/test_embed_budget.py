@@ -31,7 +31,6 @@ from lychee_ray.store.rows import conversation_rows, rows_to_table
 from .support.asked import chitchat_ids, speakers_of
 from .support.generated import local_config
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 NO_VECTOR = {"time", "event_frame"}
 ATOL = 1e-5  # the same text in another batch: equal up to float noise

@@ -23,7 +23,6 @@ from .conftest import REPO
 from .support.kill import kill_session
 from .support.generated import LOCAL_CONFIG, local_config
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 
 def answers(out_dir: Path) -> dict[str, dict]:

@@ -23,7 +23,6 @@ from lychee_ray.schemas import QueryPlan
 from lychee_ray.tokens import count_tokens
 from .conftest import REPO
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 N_QUESTIONS = 12
 

@@ -47,7 +47,6 @@ from lychee_ray.store.reader import open_store
 from .conftest import REPO
 from .support.generated import LOCAL_CONFIG, local_config
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 # Two actors per stage inside the test session's 2-CPU Ray: fractions of a CPU each, so every
 # pool starts at full size (2x(0.1 + 0.5 + 0.1 + 0.1) + the writer's 0.25 = 1.85).

@@ -24,7 +24,6 @@ from .conftest import REPO
 from .support.generated import generate
 from .support.kill import kill_session, session_pids
 
-pytest_plugins = ("tests.support.generated",)  # the session's generated archive and its store
 
 LOCAL = REPO / "configs" / "local.yaml"
 

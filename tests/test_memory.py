@@ -33,7 +33,6 @@ from lychee_ray.store.manifest import StoreError
 from .conftest import REPO
 from .support.asked import chitchat_ids, month_question
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 README_SECTION = "## Use the memory from Python (agents)"
 README_STORE = '"out/demo/store"'

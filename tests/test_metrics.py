@@ -19,7 +19,6 @@ from lychee_ray.evaluate.metrics import (
 )
 from lychee_ray.schemas import LOCOMO_CATEGORIES
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive, once per session
 
 
 # ------------------------------------------------------------------------------ normalization

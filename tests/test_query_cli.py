@@ -23,7 +23,6 @@ from lychee_ray.tables import RECORD_TYPES
 from .conftest import REPO
 from .support.asked import chitchat_ids, month_question
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 LOCAL = str(REPO / "configs" / "local.yaml")
 

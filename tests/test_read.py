@@ -27,7 +27,6 @@ from lychee_ray.tables import Turn
 from .conftest import FIXTURES
 from .support.generated_lme import LABEL_MARKERS, labelled_instance
 
-pytest_plugins = ("tests.support.generated",)  # the session's generated archive (one per run)
 
 QUIRKS = FIXTURES / "locomo_quirks.json"
 

@@ -32,7 +32,6 @@ from lychee_ray.tokens import count_tokens
 from .support.asked import MonthQuestion, chitchat_ids, month_question
 from .support.generated import local_config
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 
 class Tables:

@@ -28,7 +28,6 @@ from lychee_ray.tables import INGEST_TABLES, SCHEMA_VERSION, table_schemas
 
 from .support.small_store import CONVS, DIM, make_cfg, make_conv, store, store_dir  # noqa: F401  (fixtures)
 
-pytest_plugins = ("tests.support.generated",)  # the generated archive and its store, once per session
 
 def same_schema(got: pa.Schema, want: pa.Schema) -> bool:
     """Equal up to the child name of list types: Parquet's compliant nesting calls it "element"."""
