@@ -12,7 +12,7 @@ How one synthetic conversation is made (deterministic from `seed` and its index)
   `sessions_per_conversation`, capped at the source's session count), kept in source order so
   that later sessions still follow the earlier ones they refer back to;
 - speakers stay those of the source. Renaming people would also require rewriting every
-  mention of a name or nickname in the text ("Mel" for Melanie), the QA and the summaries, and
+  mention of a name or nickname in the text (a nickname such as "Tess" for Tessaly), the QA and the summaries, and
   a half-renamed conversation is incoherent, so sessions are only recombined within one source;
 - sessions are renumbered 1..k and every dia_id becomes `D<N>:<k>` of the new order;
 - dates: the whole conversation is shifted by a random whole number of weeks (first session
