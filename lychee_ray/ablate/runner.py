@@ -78,6 +78,13 @@ class CountingEmbedder:
     # The Embedder's own slicing, run over this wrapper's counting encode().
     encode_groups = Embedder.encode_groups
 
+    @property
+    def passage_tokens(self) -> int | None:
+        return self.inner.passage_tokens
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return self.inner.count_tokens(texts)
+
 
 @dataclass
 class Work:
