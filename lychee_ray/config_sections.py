@@ -52,7 +52,7 @@ class RayConfig(_Section):
     # startup deadlines; the start is retried this many times in all, pausing start_retry_s x
     # the attempt number between tries.
     start_attempts: int = Field(3, ge=1)
-    start_retry_s: float = Field(5.0, ge=0)
+    start_retry_s: float = Field(5.0, ge=0)  # seconds; the pause before try k is k times this
     # CPUs the ingest's actor pools (embed, encode, organize) leave free for its task stages
     # (segment, write): on a cluster smaller than the pools ask for, their requests are scaled
     # down to fit beside this, so the write always has a CPU and commits while the pools work.
