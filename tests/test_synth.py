@@ -311,7 +311,9 @@ def test_the_reader_reads_the_questions_with_their_evidence(archives, read, fmt)
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_evaluate_reads_the_questions_file(archives, fmt):
-    rows = _read_question_file(str(archives[fmt] / "questions.jsonl"))
+    placed = _read_question_file(str(archives[fmt] / "questions.jsonl"))
+    assert [where for where, _ in placed] == [f"{archives[fmt] / 'questions.jsonl'}:{i}" for i in range(1, len(placed) + 1)]
+    rows = [row for _, row in placed]
     ours = questions(archives[fmt])
     assert len(rows) == len(ours) > 0
     assert [as_id_list(r["evidence_turn_ids"]) for r in rows] == [q["evidence_turn_ids"] for q in ours]
