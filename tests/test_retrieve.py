@@ -276,7 +276,9 @@ def test_rrf_fuses_every_route_and_channel_with_the_configured_kappa(store, embe
     r = retriever(store, embedder, "retrieval.rrf_kappa=7")
     plan = QueryPlan(routes=[asked.event, asked.second])
     rankings, _ = r.channel_rankings(asked.cid, plan, embedder.encode([x.goal for x in plan.routes]))
-    assert set(rankings) == {f"r{i}:{c}" for i in (0, 1) for c in ("record_vector", "node", "turn_vector", "turn_bm25")} | {"r1:time"}
+    # both routes name one speaker, so the speaker channels rank too; only the second has a window
+    channels = ("record_vector", "node", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record")
+    assert set(rankings) == {f"r{i}:{c}" for i in (0, 1) for c in channels} | {"r1:time"}
     fused = r.fuse(rankings)
     want: dict[str, float] = {}
     for keys in rankings.values():
@@ -312,8 +314,9 @@ def test_mmr_selection_is_mmr_over_the_fused_pool_and_changes_what_plain_top_k_t
     matters: the diverse pick is not the plain relevance-ordered top-k."""
     question = asked.broad
     plan = RulesPlanner().plan(question, asked.date, asked.speakers)
-    plain = retriever(store, embedder, "retrieval.mmr_lambda=1.0").retrieve(asked.cid, plan, question, budget=600)
-    mmr = retriever(store, embedder, "retrieval.mmr_lambda=0.5").retrieve(asked.cid, plan, question, budget=600)
+    # without the validity unit, which adds successors and partners after selection (its own tests)
+    plain = retriever(store, embedder, "retrieval.mmr_lambda=1.0", "retrieval.validity=false").retrieve(asked.cid, plan, question, budget=600)
+    mmr = retriever(store, embedder, "retrieval.mmr_lambda=0.5", "retrieval.validity=false").retrieve(asked.cid, plan, question, budget=600)
 
     items = [mmr.candidates[k] for k, _ in mmr.fused]
     rel = np.array([s for _, s in mmr.fused], dtype=np.float64)
@@ -337,13 +340,13 @@ def test_cross_encoder_rerank_reorders_the_fused_head_by_its_own_scores(store, e
 
     torch.manual_seed(0)
     model = CrossEncoder(resolve_model_path("bundled:all-MiniLM-L6-v2"), num_labels=1)
-    cfg = local_config("retrieval.rerank.top_n=10").retrieval
+    cfg = local_config("retrieval.rerank.top_n=10", "retrieval.validity=false").retrieval  # validity re-ranks after rerank
     reranker = CrossEncoderReranker(cfg.rerank, model=model)
     r = Retriever(store, cfg, embedder.encode, reranker)
     question = asked.broad
     plan = RulesPlanner().plan(question, asked.date, asked.speakers)
     result = r.retrieve(asked.cid, plan, question, budget=800)
-    fused = r.fuse(r.channel_rankings(asked.cid, plan, embedder.encode([question]))[0])
+    fused = r.fuse(r.channel_rankings(asked.cid, plan, embedder.encode(r.query_texts(asked.cid, plan, question)))[0])
     head = [k for k, _ in fused[:10]]
     scores = model.predict([(question, result.candidates[k].text) for k in head])
     want = [head[i] for i in sorted(range(10), key=lambda i: (-scores[i], i))]

@@ -114,6 +114,19 @@ class Retriever:
             return None
         return WindowScope(records, turns)
 
+    def records_allowed(self, conv: LoadedConversation, plan: QueryPlan) -> np.ndarray | None:
+        """The records the plan's window scopes let in (the union over its routes), so that what
+        the validity unit brings along obeys the same filter as the channels; None: any record
+        (a route without a window, or time_routes=channel)."""
+        masks = []
+        for route in plan.routes:
+            window = _window(route)
+            scope = self._scope(conv, window) if window else None
+            if scope is None:
+                return None
+            masks.append(scope.records)
+        return np.logical_or.reduce(masks) if masks else None
+
     # ---- fusion and selection -----------------------------------------------------------------
     def query_texts(self, conversation_id: str, plan: QueryPlan, question: str) -> list[str]:
         """The texts of the routes' query vectors (`focus.vector_text`); the question when the
@@ -132,12 +145,13 @@ class Retriever:
         fused = self.fuse(rankings)
         if self.reranker is not None and fused:
             fused = self.reranker.rerank(question, fused, pool)
+        allowed = self.records_allowed(pool.conv, plan)
         if self.validity is not None:
-            fused = self.validity.adjust(fused, pool, plan)
+            fused = self.validity.adjust(fused, pool, plan, allowed)
         result = Retrieval(selected=[], rankings=rankings, fused=fused, candidates=pool)
         result.selected = self.select(fused, pool, qvecs[0], budget)
         if self.validity is not None:
-            result.selected = self.validity.complete(result.selected, pool, budget)
+            result.selected = self.validity.complete(result.selected, pool, budget, allowed)
         memo = pool.conv.token_memo((self.count_tokens, self.cfg.evidence_sources))
         memo.update((e.memo_key, e.tokens) for e in pool.values() if e.tokens)
         return result

@@ -7,7 +7,8 @@ conversation it changes nothing.
   live in March?"), its validity interval meets that window (validity.py).
 - Successors and partners come along: a candidate that does not hold brings the record of its
   chain that does (the current value; for a window, the one that held then) in at its own score,
-  and a candidate in a contradiction brings the records it conflicts with.
+  and a candidate in a contradiction brings the records it conflicts with; under a window filter
+  (time_routes=filter) only those the window lets in, as for every channel.
 - Marked: a superseded record's line reads `[was: <it> until <day>; now: <its successor>]`, and
   each side of a contradiction says what it conflicts with and when that was said (the prompt's
   `ValidityNote`); the budget charges exactly the marked line.
@@ -19,6 +20,8 @@ conversation it changes nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import numpy as np
 
 from lychee_ray.llm.prompts import ValidityNote, conflict_text
 from lychee_ray.query.evidence import CandidatePool, Evidence
@@ -42,9 +45,10 @@ class ValidityUnit:
         self.count_tokens = count_tokens
 
     # ---- after fusion ----------------------------------------------------------------------
-    def adjust(self, fused: list[tuple[str, float]], pool: CandidatePool, plan: QueryPlan) -> list[tuple[str, float]]:
-        """Fused (key, score), re-ranked by what holds, with successors and partners added; the
-        pool's records marked."""
+    def adjust(self, fused: list[tuple[str, float]], pool: CandidatePool, plan: QueryPlan,
+               allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """Fused (key, score), re-ranked by what holds, with successors and partners added (only
+        records `allowed` lets in, when given); the pool's records marked."""
         conv = pool.conv
         validity = conv.validity
         if not validity or not fused:
@@ -59,11 +63,15 @@ class ValidityUnit:
                 continue
             scores[key] = max(scores.get(key, 0.0), score * NOT_HOLDING_WEIGHT)
             for j in self._holding(validity, i, window):
+                if allowed is not None and not allowed[j]:
+                    continue
                 (other,) = pool.add_records([j])
                 scores[other] = max(scores.get(other, 0.0), score)
         for key, score in list(scores.items()):
             i = pos.get(key)
             for j in validity.conflicts.get(i, []) if i is not None else []:
+                if allowed is not None and not allowed[j]:
+                    continue
                 (other,) = pool.add_records([j])
                 scores[other] = max(scores.get(other, 0.0), score * NOT_HOLDING_WEIGHT)
         for key in scores:
@@ -92,9 +100,11 @@ class ValidityUnit:
             e.tokens = conv.token_memo(self.count_tokens).get(e.memo_key, 0)
 
     # ---- after selection ---------------------------------------------------------------------
-    def complete(self, selected: list[Evidence], pool: CandidatePool, budget: int) -> list[Evidence]:
+    def complete(self, selected: list[Evidence], pool: CandidatePool, budget: int,
+                 allowed: np.ndarray | None = None) -> list[Evidence]:
         """The selection with each superseded record's successor and each conflicting record's
-        partners, within `budget` (unpaired items are evicted from the lowest rank up)."""
+        partners (those `allowed` lets in, when given), within `budget` (unpaired items are
+        evicted from the lowest rank up)."""
         conv = pool.conv
         validity = conv.validity
         if not validity or not selected:
@@ -109,6 +119,8 @@ class ValidityUnit:
                 continue
             mates = ([validity.current(i)] if i in validity.superseded_by else []) + validity.conflicts.get(i, [])
             for j in mates:
+                if allowed is not None and not allowed[j]:
+                    continue
                 (key,) = pool.add_records([j])
                 protected.update((e.key, key))
                 if key in keys:
