@@ -169,22 +169,27 @@ def write_report(store: Path, answers: Path, cfg, timings: dict, command: str, d
 # --------------------------------------------------------------------------------------------
 # Run
 # --------------------------------------------------------------------------------------------
-def run(data: Path, work: Path, cfg) -> dict:
-    """Ingest the bucket and evaluate every question; the wall seconds of each, also saved beside
-    the store so a report-only rerun can quote them."""
+def run(data: Path, work: Path, cfg, ingest: bool = True) -> dict:
+    """Ingest the bucket (unless `ingest` is false: the store already in `work` is taken as it
+    is) and evaluate every question; the wall seconds of each, also saved beside the store so a
+    report-only rerun can quote them."""
     from lychee_ray.evaluate.job import run_evaluate
     from lychee_ray.ingest.job import run_ingest
 
-    start = time.perf_counter()
-    summary = run_ingest(cfg, str(data), str(work / "store"))
-    timings = {"ingest_s": time.perf_counter() - start}
-    print(summary.render(), flush=True)
-    (work / "ingest_summary.txt").write_text(summary.render() + "\n")
+    saved = work / TIMINGS
+    timings = json.loads(saved.read_text()) if saved.is_file() else {}
+    if ingest:
+        start = time.perf_counter()
+        summary = run_ingest(cfg, str(data), str(work / "store"))
+        timings["ingest_s"] = time.perf_counter() - start
+        print(summary.render(), flush=True)
+        (work / "ingest_summary.txt").write_text(summary.render() + "\n")
+        saved.write_text(json.dumps(timings) + "\n")
     start = time.perf_counter()
     result = run_evaluate(cfg, str(work / "store"), str(work / "eval"))
     timings["evaluate_s"] = time.perf_counter() - start
     print(result.render(), flush=True)
-    (work / TIMINGS).write_text(json.dumps(timings) + "\n")
+    saved.write_text(json.dumps(timings) + "\n")
     return timings
 
 
@@ -194,6 +199,9 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--out", type=Path, default=None, help="work folder for the store and answers (default: a temporary one)")
     p.add_argument("--store", type=Path, default=None, help="report only: an existing store (with --answers)")
     p.add_argument("--answers", type=Path, default=None, help="report only: an existing evaluate output folder (with --store)")
+    p.add_argument("--no-ingest", action="store_true",
+                   help="evaluate the store already in --out as it is (e.g. one whose ingest was stopped: the questions "
+                        "of conversations it lacks become error rows, counted apart)")
     add_set_option(p)
     args = p.parse_args(argv)
     if (args.store is None) != (args.answers is None):
@@ -204,13 +212,17 @@ def main(argv: list[str] | None = None) -> Path:
         timings = json.loads(saved.read_text()) if saved.is_file() else {}
         command = f"python -m benchmarks.beam_recall --store {args.store} --answers {args.answers}{set_flags(args.sets)}"
         return write_report(args.store, args.answers, cfg, timings, command, "report only, from an existing store and evaluation")
-    if not args.data.is_dir():
+    if not args.no_ingest and not args.data.is_dir():
         raise SystemExit(f"BEAM data not found at {args.data}: pass --data with a BEAM bucket folder such as .../beam/100K.")
+    if args.no_ingest and args.out is None:
+        p.error("--no-ingest evaluates the store in --out: give --out")
     work = args.out or Path(tempfile.mkdtemp(prefix="beam_recall_"))
     work.mkdir(parents=True, exist_ok=True)
-    timings = run(args.data, work, cfg)
-    command = f"python -m benchmarks.beam_recall --data {args.data} --out {work}{set_flags(args.sets)}"
-    return write_report(work / "store", work / "eval", cfg, timings, command, f"the BEAM bucket {args.data.name} ingested and evaluated in one run")
+    timings = run(args.data, work, cfg, ingest=not args.no_ingest)
+    command = f"python -m benchmarks.beam_recall --data {args.data} --out {work}{' --no-ingest' if args.no_ingest else ''}{set_flags(args.sets)}"
+    note = (f"the store in {work} (ingested from the BEAM bucket {args.data.name} earlier) evaluated" if args.no_ingest
+            else f"the BEAM bucket {args.data.name} ingested and evaluated in one run")
+    return write_report(work / "store", work / "eval", cfg, timings, command, note)
 
 
 if __name__ == "__main__":
