@@ -35,6 +35,7 @@ class Retrieval:
     rankings: dict[str, list[str]] = field(default_factory=dict)
     fused: list[tuple[str, float]] = field(default_factory=list)
     candidates: dict[str, Evidence] = field(default_factory=dict)  # evidence of every fused key
+    query_vector: np.ndarray | None = None  # the first route's, which selection's diversity reads
 
     @property
     def context_text(self) -> str:
@@ -134,10 +135,8 @@ class Retriever:
             fused = self.reranker.rerank(question, fused, pool)
         if self.validity is not None:
             fused = self.validity.adjust(fused, pool, plan)
-        result = Retrieval(selected=[], rankings=rankings, fused=fused, candidates=pool)
-        result.selected = self.select(fused, pool, qvecs[0], budget)
-        if self.validity is not None:
-            result.selected = self.validity.complete(result.selected, pool, budget)
+        result = Retrieval(selected=[], rankings=rankings, fused=fused, candidates=pool, query_vector=qvecs[0])
+        result.selected = self.at_budget(result, budget)
         memo = pool.conv.token_memo((self.count_tokens, self.cfg.evidence_sources))
         memo.update((e.memo_key, e.tokens) for e in pool.values() if e.tokens)
         return result
@@ -150,6 +149,14 @@ class Retriever:
             first = next(iter(rankings.values()))
             return [(key, 1.0 / (rank + 1)) for rank, key in enumerate(first)]
         return rrf_fuse(list(rankings.values()), self.cfg.rrf_kappa)
+
+    def at_budget(self, result: Retrieval, budget: int) -> list[Evidence]:
+        """What `retrieve` selects from `result`'s fused candidates under `budget`: selection and
+        validity completion, exactly as the context is made (evaluate's recall curve reads it)."""
+        selected = self.select(result.fused, result.candidates, result.query_vector, budget)
+        if self.validity is not None:
+            selected = self.validity.complete(selected, result.candidates, budget)
+        return selected
 
     def select(self, fused: list[tuple[str, float]], pool: dict[str, Evidence], qv: np.ndarray, budget: int) -> list[Evidence]:
         if not fused:
