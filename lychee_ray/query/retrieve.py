@@ -171,8 +171,20 @@ class Retriever:
         else:
             rel = np.array([s for _, s in fused], dtype=np.float64)
             emb = np.stack([e.embedding for e in items])
-            chosen = mmr_select(rel, emb, costs, budget, self.cfg.mmr_lambda)
+            sources = source_matrix(items) if self.cfg.coverage_weight > 0 else None
+            chosen = mmr_select(rel, emb, costs, budget, self.cfg.mmr_lambda, sources, self.cfg.coverage_weight)
         return [items[i] for i in chosen]
+
+
+def source_matrix(items: list[Evidence]) -> np.ndarray:
+    """[items, turns] booleans: which source turns each item cites (selection's coverage term)."""
+    cols: dict[str, int] = {}
+    pairs = [(i, cols.setdefault(t, len(cols))) for i, e in enumerate(items) for t in e.source_turn_ids]
+    out = np.zeros((len(items), len(cols)), bool)
+    if pairs:
+        rows, idx = zip(*pairs)
+        out[list(rows), list(idx)] = True
+    return out
 
 
 # --------------------------------------------------------------------------------------------
