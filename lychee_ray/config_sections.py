@@ -331,6 +331,11 @@ class RetrievalConfig(_Section):
     rrf_kappa: float = 60.0  # RRF(d) = sum_j 1/(kappa + rank_j(d))
     fusion: Literal["rrf", "none"] = "rrf"  # none: a single channel's plain top-k (ablation)
     mmr_lambda: float = 0.7  # relevance vs. diversity in MMR selection
+    # Coverage in selection: an item's MMR score loses this weight x the share of its source
+    # turns the selection already covers, so the budget goes to what is not yet in the context
+    # (query/fusion.py); 1.0 chosen on the LoCoMo tune part over 0.3 (benchmarks/dev_recall.py).
+    # 0: plain MMR (ablation).
+    coverage_weight: float = Field(1.0, ge=0.0)
     context_token_budget: int = 1500  # tokens of serialized evidence in the answer prompt
     # whether an evidence line in the answer prompt cites its source turn ids ("src D1:3"): the
     # answer step does not use them (evaluate's recall reads them from the rows either way),

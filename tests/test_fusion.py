@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from lychee_ray.query.fusion import budget_topk, minmax_normalize, mmr_select, rrf_fuse
+from lychee_ray.query.retrieve import source_matrix
 
 
 # ------------------------------------------------------------------------------------------ RRF
@@ -151,3 +153,33 @@ def test_budget_topk_skips_items_that_do_not_fit_and_continues():
     assert budget_topk([0, 1], costs, 0) == []
     with pytest.raises(ValueError):
         budget_topk([0], costs, -1)
+
+
+# ------------------------------------------------------------------------------------ coverage
+def test_coverage_gives_the_next_slot_to_a_new_source_not_a_repeat_of_a_chosen_one():
+    # Orthogonal vectors (no MMR redundancy), equal costs; relevance min-maxes to 1, .9, .7, 0.
+    # Items 0 and 1 cite the same turn, item 2 another, item 3 a third.
+    rel = np.array([1.0, 0.9, 0.7, 0.0])
+    emb = np.eye(4)
+    costs = np.array([10, 10, 10, 10])
+    sources = np.array([[1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], bool)
+    assert mmr_select(rel, emb, costs, 20, 0.7) == [0, 1]  # plain MMR: relevance decides
+    # item 1 fully covered: 0.7*0.9 - 0.2*1 = 0.43 < item 2's 0.7*0.7 = 0.49
+    assert mmr_select(rel, emb, costs, 20, 0.7, sources, covered_weight=0.2) == [0, 2]
+    assert mmr_select(rel, emb, costs, 20, 0.7, sources, covered_weight=0.0) == [0, 1]  # weight 0: plain MMR
+    # item 1 only half covered loses only half: 0.63 - 0.1 = 0.53 > 0.49
+    half = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], bool)
+    assert mmr_select(rel, emb, costs, 20, 0.7, half, covered_weight=0.2) == [0, 1]
+
+
+def test_coverage_checks_the_sources_shape():
+    with pytest.raises(ValueError, match="sources must have 2 rows"):
+        mmr_select(np.array([1.0, 0.5]), np.eye(2), np.array([1, 1]), 2, 0.7, np.zeros((3, 1), bool), covered_weight=0.5)
+
+
+def test_source_matrix_marks_each_items_turns_once_per_turn():
+    items = [SimpleNamespace(source_turn_ids=["D1:2", "D1:3"]), SimpleNamespace(source_turn_ids=["D1:3"]), SimpleNamespace(source_turn_ids=[])]
+    m = source_matrix(items)
+    assert m.shape == (3, 2) and m.dtype == bool
+    assert m.tolist() == [[True, True], [False, True], [False, False]]
+    assert source_matrix([]).shape == (0, 0)

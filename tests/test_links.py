@@ -189,6 +189,19 @@ def test_whatever_the_budget_a_superseded_record_comes_with_its_successor(store)
         assert got.context_tokens == count_tokens(got.context_text) <= budget
 
 
+def test_the_context_at_any_budget_is_what_retrieve_makes_there(store):
+    """evaluate's recall curve reads `at_budget` on one retrieval: it must be the context a
+    retrieval at that budget makes, validity completion included (a superseded record never
+    without its successor)."""
+    r = retriever(store)
+    big = r.retrieve(CID, plan("where does Odalys live"), "q", budget=10_000)
+    for budget in range(10, sum(e.tokens for e in big.selected) + 2, 3):
+        again = [e.key for e in r.retrieve(CID, plan("where does Odalys live"), "q", budget=budget).selected]
+        at = r.at_budget(big, budget)
+        assert [e.key for e in at] == again, budget
+        assert "r-home-old" not in again or "r-home-new" in again, budget
+
+
 # ---------------------------------------------------------------------------- Memory
 @pytest.fixture()
 def memory(store_dir):

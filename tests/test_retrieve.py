@@ -19,11 +19,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from lychee_ray.config_sections import RetrievalConfig
 from lychee_ray.names import normalize_name
 from lychee_ray.query.conversation import LoadedConversation
 from lychee_ray.query.evidence import TURN_PREFIX
 from lychee_ray.query.fusion import budget_topk, mmr_select
-from lychee_ray.query.retrieve import Retriever
+from lychee_ray.query.retrieve import Retriever, source_matrix
 from lychee_ray.rules.planner import RulesPlanner
 from lychee_ray.schemas import QueryPlan, Route, TimeWindow
 from lychee_ray.store.reader import open_store
@@ -322,7 +323,9 @@ def test_mmr_selection_is_mmr_over_the_fused_pool_and_changes_what_plain_top_k_t
     rel = np.array([s for _, s in mmr.fused], dtype=np.float64)
     emb = np.stack([e.embedding for e in items])
     costs = np.array([e.tokens for e in items])
-    want = [items[i].key for i in mmr_select(rel, emb, costs, 600, 0.5)]
+    # with the coverage term as configured (query/fusion.py; 0 would be plain MMR)
+    weight = RetrievalConfig().coverage_weight
+    want = [items[i].key for i in mmr_select(rel, emb, costs, 600, 0.5, source_matrix(items), weight)]
     assert [e.key for e in mmr.selected] == want
     assert [e.key for e in plain.selected] == [items[i].key for i in budget_topk(list(range(len(items))), costs, 600)]
     assert [e.key for e in mmr.selected] != [e.key for e in plain.selected]

@@ -112,8 +112,8 @@ class RetrieveStage(Stage[QAItem]):
         item.evidence_recall = evidence_recall(item.evidence_turn_ids, item.retrieved_turn_ids)
         qv = self.embed([item.question])[0]
         item.recall_curve = []
-        for b in budgets:
-            sel = self.retriever.select(result.fused, result.candidates, qv, b)
+        for b in budgets:  # the context retrieve would make at each budget
+            sel = self.retriever.at_budget(result, b)
             item.recall_curve.append(evidence_recall(item.evidence_turn_ids, list(dict.fromkeys(t for e in sel for t in e.source_turn_ids))))
         for name in self.cfg.evaluate.baselines:
             # One search per baseline: every hit with its token count, then each budget's cut.

@@ -97,6 +97,8 @@ def mmr_select(
     costs: np.ndarray,
     budget: int,
     lam: float,
+    sources: np.ndarray | None = None,
+    covered_weight: float = 0.0,
 ) -> list[int]:
     """Greedy maximal marginal relevance under a token budget.
 
@@ -107,6 +109,11 @@ def mmr_select(
     Each step takes the best-scoring item whose cost still fits the remaining budget; items
     that do not fit are skipped (a cheaper one may still fit), and selection stops when no
     remaining item fits. Ties go to the higher relevance, then the lower index.
+    Coverage (`sources`, a boolean [n, u] matrix of each item's source units, e.g. turns, and
+    `covered_weight` w > 0): the score also loses w x the share of the item's sources that the
+    selection already covers, so an item that only repeats what is chosen yields to one that
+    brings something new (an item with no sources loses nothing).
+
     Returns the chosen indices in pick order.
     """
     relevance = np.asarray(relevance, dtype=np.float64).reshape(-1)
@@ -122,7 +129,9 @@ def mmr_select(
     emb = _unit_rows(emb)
     rel = minmax_normalize(relevance)
 
+    cover = _Coverage(sources, n) if covered_weight > 0 else None
     max_sim = np.zeros(n)  # max cosine to anything already selected
+    covered_share = np.zeros(n)  # share of each item's sources the selection covers
     available = np.ones(n, dtype=bool)
     remaining = budget
     picked: list[int] = []
@@ -131,13 +140,31 @@ def mmr_select(
         if not fits.any():
             return picked
         cand = np.flatnonzero(fits)
-        score = lam * rel[cand] - (1.0 - lam) * max_sim[cand]
+        score = lam * rel[cand] - (1.0 - lam) * max_sim[cand] - covered_weight * covered_share[cand]
         # lexsort: last key is primary -> best score, then best relevance, then lowest index.
         best = int(cand[np.lexsort((cand, -rel[cand], -score))[0]])
         picked.append(best)
         available[best] = False
         remaining -= int(costs[best])
         max_sim = np.maximum(max_sim, emb @ emb[best])
+        if cover is not None:
+            covered_share = cover.update(best)
+
+
+class _Coverage:
+    """Each item's share of sources already covered, updated as items are picked."""
+
+    def __init__(self, sources: np.ndarray | None, n: int):
+        src = np.zeros((n, 0), bool) if sources is None else np.asarray(sources, dtype=bool)
+        if src.shape[0] != n:
+            raise ValueError(f"sources must have {n} rows, got {src.shape}")
+        self.src = src
+        self.sizes = np.maximum(src.sum(axis=1), 1)
+        self.covered = np.zeros(src.shape[1], bool)
+
+    def update(self, picked: int) -> np.ndarray:
+        self.covered |= self.src[picked]
+        return (self.src & self.covered).sum(axis=1) / self.sizes
 
 
 def budget_topk(order: Sequence[int], costs: np.ndarray, budget: int) -> list[int]:

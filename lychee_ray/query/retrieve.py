@@ -35,6 +35,8 @@ class Retrieval:
     rankings: dict[str, list[str]] = field(default_factory=dict)
     fused: list[tuple[str, float]] = field(default_factory=list)
     candidates: dict[str, Evidence] = field(default_factory=dict)  # evidence of every fused key
+    query_vector: np.ndarray | None = None  # the first route's, which selection's diversity reads
+    records_allowed: np.ndarray | None = None  # what the plan's window filter lets in (None: any)
 
     @property
     def context_text(self) -> str:
@@ -148,10 +150,8 @@ class Retriever:
         allowed = self.records_allowed(pool.conv, plan)
         if self.validity is not None:
             fused = self.validity.adjust(fused, pool, plan, allowed)
-        result = Retrieval(selected=[], rankings=rankings, fused=fused, candidates=pool)
-        result.selected = self.select(fused, pool, qvecs[0], budget)
-        if self.validity is not None:
-            result.selected = self.validity.complete(result.selected, pool, budget, allowed)
+        result = Retrieval(selected=[], rankings=rankings, fused=fused, candidates=pool, query_vector=qvecs[0], records_allowed=allowed)
+        result.selected = self.at_budget(result, budget)
         memo = pool.conv.token_memo((self.count_tokens, self.cfg.evidence_sources))
         memo.update((e.memo_key, e.tokens) for e in pool.values() if e.tokens)
         return result
@@ -164,6 +164,14 @@ class Retriever:
             first = next(iter(rankings.values()))
             return [(key, 1.0 / (rank + 1)) for rank, key in enumerate(first)]
         return rrf_fuse(list(rankings.values()), self.cfg.rrf_kappa)
+
+    def at_budget(self, result: Retrieval, budget: int) -> list[Evidence]:
+        """What `retrieve` selects from `result`'s fused candidates under `budget`: selection and
+        validity completion, exactly as the context is made (evaluate's recall curve reads it)."""
+        selected = self.select(result.fused, result.candidates, result.query_vector, budget)
+        if self.validity is not None:
+            selected = self.validity.complete(selected, result.candidates, budget, result.records_allowed)
+        return selected
 
     def select(self, fused: list[tuple[str, float]], pool: dict[str, Evidence], qv: np.ndarray, budget: int) -> list[Evidence]:
         if not fused:
@@ -178,8 +186,20 @@ class Retriever:
         else:
             rel = np.array([s for _, s in fused], dtype=np.float64)
             emb = np.stack([e.embedding for e in items])
-            chosen = mmr_select(rel, emb, costs, budget, self.cfg.mmr_lambda)
+            sources = source_matrix(items) if self.cfg.coverage_weight > 0 else None
+            chosen = mmr_select(rel, emb, costs, budget, self.cfg.mmr_lambda, sources, self.cfg.coverage_weight)
         return [items[i] for i in chosen]
+
+
+def source_matrix(items: list[Evidence]) -> np.ndarray:
+    """[items, turns] booleans: which source turns each item cites (selection's coverage term)."""
+    cols: dict[str, int] = {}
+    pairs = [(i, cols.setdefault(t, len(cols))) for i, e in enumerate(items) for t in e.source_turn_ids]
+    out = np.zeros((len(items), len(cols)), bool)
+    if pairs:
+        rows, idx = zip(*pairs)
+        out[list(rows), list(idx)] = True
+    return out
 
 
 # --------------------------------------------------------------------------------------------
