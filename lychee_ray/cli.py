@@ -217,8 +217,9 @@ def cmd_history(args, cfg) -> int:
 
 
 def item_json(item) -> dict:
-    """A `MemoryItem` as --json prints it: every field but the stored record (it holds a vector)."""
-    out = {f.name: getattr(item, f.name) for f in dataclasses.fields(item) if f.name != "record"}
+    """A `MemoryItem` as --json prints it: every field it shows in its repr, so not the stored
+    record (it holds a vector) nor the rendering flags (show_sources)."""
+    out = {f.name: getattr(item, f.name) for f in dataclasses.fields(item) if f.repr}
     out["note"] = None if item.note is None else dataclasses.asdict(item.note)
     return out
 
