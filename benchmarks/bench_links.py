@@ -40,27 +40,29 @@ def synth(out: Path, args) -> dict:
 
 
 def score(links: list[dict], changes: list[dict]) -> dict:
-    """Precision and recall of the links against the planted changes (module docstring, 3)."""
+    """Precision and recall of the links against the planted changes (module docstring, 3): all,
+    per kind, and per finder (`by_finder`: each finder's links against every change)."""
     def true_for(link: dict) -> list[int]:
         return [n for n, c in enumerate(changes)
                 if c["conversation_id"] == link["conversation_id"] and c["kind"] == link["kind"]
                 and c["new_turn_id"] in (link["new_turns"] or []) and c["old_turn_id"] in (link["old_turns"] or [])]
 
-    out: dict = {}
-    for label, keep in (("all", lambda x: True), ("supersedes", lambda x: x["kind"] == "supersedes"),
-                        ("contradicts", lambda x: x["kind"] == "contradicts")):
-        mine, planted = [x for x in links if keep(x)], [c for c in changes if keep(c)]
+    def block(mine: list[dict], planted: list[int]) -> dict:
         hits = [true_for(x) for x in mine]
-        found = {n for h in hits for n in h}
-        out[label] = {
-            "links": len(mine), "true_links": sum(1 for h in hits if h), "changes": len(planted),
-            "changes_found": len(found & {changes.index(c) for c in planted}),
-            "precision": round(sum(1 for h in hits if h) / len(mine), 3) if mine else None,
-            "recall": round(len(found) / len(planted), 3) if planted else None,
-        }
+        found = {n for h in hits for n in h} & set(planted)
+        true_links = sum(1 for h in hits if h)
+        return {"links": len(mine), "true_links": true_links, "changes": len(planted), "changes_found": len(found),
+                "precision": round(true_links / len(mine), 3) if mine else None,
+                "recall": round(len(found) / len(planted), 3) if planted else None}
+
+    out: dict = {"all": block(links, list(range(len(changes))))}
+    for kind in ("supersedes", "contradicts"):
+        out[kind] = block([x for x in links if x["kind"] == kind], [n for n, c in enumerate(changes) if c["kind"] == kind])
+    out["by_finder"] = {finder: block([x for x in links if x["found_by"] == finder], list(range(len(changes))))
+                        for finder in sorted({x["found_by"] for x in links})}
     out["found_by"] = dict(Counter(x["found_by"] for x in links))
     out["false_links"] = [{"kind": x["kind"], "old_turns": x["old_turns"], "new_turns": x["new_turns"], "conversation_id": x["conversation_id"]}
-                          for x, h in zip(links, [true_for(x) for x in links]) if not h][:20]
+                          for x in links if not true_for(x)][:20]
     return out
 
 

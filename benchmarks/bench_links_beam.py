@@ -11,7 +11,10 @@ channels, fusion, MMR under retrieval.context_token_budget) twice, with `retriev
   an original_info message carries a `[was: ... now: ...]` mark);
 - contradiction_resolution: the share whose context holds both statements and marks them as
   conflicting (an item citing each carries a conflict mark; when BEAM names one message for both
-  roles, that message's item must be marked).
+  roles, that message's item must be marked);
+- evidence recall (evaluate/metrics.py) of every question of the folders run, whatever its
+  ability, before and after: the validity unit must not cost recall (it brings successors and
+  partners in under the same budget, so it may evict something).
 A message split into parts by the reader ("66#p2") counts as its message. The labels were written
 by BEAM's generating LLM and are noisy (see the data README); the shares are over every question
 of the two abilities in the folders run, whatever the label quality.
@@ -36,6 +39,7 @@ from pathlib import Path
 
 from benchmarks.links_common import RESULTS, build_cost, build_store, config, fake_llm_overrides, fake_server, segmented
 from lychee_ray.embedding import Embedder
+from lychee_ray.evaluate.metrics import evidence_recall
 from lychee_ray.query.memory import Memory
 from lychee_ray.store.reader import open_store
 
@@ -48,9 +52,9 @@ def message(turn_id: str) -> str:
 
 
 def questions(store_dir: Path, cfg) -> list[dict]:
+    """Every question of the store (all abilities: evidence recall is measured on each)."""
     with open_store(str(store_dir), cfg) as store:
-        rows = store.sql("SELECT conversation_id, question_id, question, category, evidence_turn_ids, evidence_roles FROM questions")
-    return [q for q in rows if q["category"] in ABILITIES]
+        return store.sql("SELECT conversation_id, question_id, question, category, evidence_turn_ids, evidence_roles FROM questions")
 
 
 def by_role(q: dict) -> dict[str, set[str]]:
@@ -83,19 +87,35 @@ def measure(store_dir: Path, cfg_overrides: list[str], embedder: Embedder) -> di
         with Memory(cfg, open_store(str(store_dir), cfg), embedder=embedder) as memory:
             for q in questions(store_dir, cfg):
                 items = memory.recall(q["conversation_id"], q["question"]).items
-                per_q.append({"question_id": q["question_id"], "category": q["category"], **judge(q, items)})
+                per_q.append(judged(q, items))
         out[label] = summarize(per_q)
         out[label]["questions"] = per_q
     return out
 
 
+def judged(q: dict, items) -> dict:
+    """One question's row: its evidence recall, and for the two abilities what `judge` says."""
+    retrieved = [t for i in items for t in i.source_turn_ids]
+    row = {"question_id": q["question_id"], "category": q["category"], "evidence_recall": evidence_recall(q["evidence_turn_ids"] or [], retrieved)}
+    return row | (judge(q, items) if q["category"] in ABILITIES else {})
+
+
 def summarize(per_q: list[dict]) -> dict:
+    """Per ability the share of questions with each flag true (and the mean evidence recall of
+    those with evidence); `evidence_recall`: the mean over every question with evidence."""
     out = {}
     for ability in ABILITIES:
         rows = [r for r in per_q if r["category"] == ability]
         keys = [k for k in (rows[0] if rows else {}) if k not in ("question_id", "category")]
-        out[ability] = {"n": len(rows), **{k: round(sum(r[k] for r in rows) / len(rows), 3) for k in keys}} if rows else {"n": 0}
+        out[ability] = {"n": len(rows), **{k: _mean([r[k] for r in rows]) for k in keys}} if rows else {"n": 0}
+    with_evidence = [r["evidence_recall"] for r in per_q if r["evidence_recall"] is not None]
+    out["evidence_recall"] = {"n": len(with_evidence), "mean": _mean(with_evidence)}
     return out
+
+
+def _mean(values: list) -> float | None:
+    values = [float(v) for v in values if v is not None]
+    return round(sum(values) / len(values), 3) if values else None
 
 
 def link_counts(store_dir: Path, cfg) -> dict:
@@ -145,7 +165,8 @@ def main(argv=None) -> dict:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "links_beam.json").write_text(json.dumps(report, indent=2))
     brief = {k: ({kk: vv for kk, vv in v.items() if kk not in ("before", "after")} | {
-        "before": {a: v["before"][a] for a in ABILITIES}, "after": {a: v["after"][a] for a in ABILITIES}} if isinstance(v, dict) and "before" in v else v)
+        "before": {a: v["before"][a] for a in (*ABILITIES, "evidence_recall")},
+        "after": {a: v["after"][a] for a in (*ABILITIES, "evidence_recall")}} if isinstance(v, dict) and "before" in v else v)
         for k, v in report.items()}
     print(json.dumps(brief, indent=2))
     return report

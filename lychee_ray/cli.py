@@ -217,9 +217,9 @@ def cmd_history(args, cfg) -> int:
 
 
 def item_json(item) -> dict:
-    """A `MemoryItem` as --json prints it: every field but the stored record (it holds a vector)
-    and how the answer prompt renders it."""
-    out = {f.name: getattr(item, f.name) for f in dataclasses.fields(item) if f.name not in ("record", "show_sources")}
+    """A `MemoryItem` as --json prints it: every field it shows in its repr, so not the stored
+    record (it holds a vector) nor the rendering flags (show_sources)."""
+    out = {f.name: getattr(item, f.name) for f in dataclasses.fields(item) if f.repr}
     out["note"] = None if item.note is None else dataclasses.asdict(item.note)
     return out
 
