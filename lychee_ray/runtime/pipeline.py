@@ -81,8 +81,23 @@ class WorkBatches:
         """Rows of single items -> one row per batch, one row per block (a block is what one
         task of a stage takes: one batch each, so batches spread over every actor)."""
         ds = ds.map_batches(named(_batch_rows, "batch_by_work"), fn_args=(self,), batch_size=self.scan_rows,
-                            batch_format="numpy", num_cpus=0.25)
-        return ds.repartition(target_num_rows_per_block=1)
+                            batch_format="numpy", num_cpus=GROUPING_CPUS)
+        return _one_row_blocks(ds)
+
+
+# What the grouping task asks. Ray's public repartition() gives its task a whole CPU, which on a
+# cluster whose actor pools hold fractions of every node no node may ever have free: the ingest
+# then waited forever on a two-node cluster. With the same request as the grouping map, Ray
+# Data fuses the two into one task (MapBatches -> StreamingRepartition fusion).
+GROUPING_CPUS = 0.25
+
+
+def _one_row_blocks(ds):
+    """`ds.repartition(target_num_rows_per_block=1)`, its task asking GROUPING_CPUS."""
+    out = ds.repartition(target_num_rows_per_block=1)
+    op = out._logical_plan.dag  # the StreamingRepartition just added (no public way to set its resources)
+    object.__setattr__(op, "ray_remote_args", {"num_cpus": GROUPING_CPUS})
+    return out
 
 
 def _batch_rows(batch: dict[str, Any], batching: WorkBatches) -> dict[str, np.ndarray]:
