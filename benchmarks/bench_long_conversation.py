@@ -28,15 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from benchmarks import add_set_option, machine_load, set_flags, write_markdown
+from benchmarks.bench_scale import run_sampled
 from lychee_ray.config import load_config
 from lychee_ray.config_sections import ReadConfig
 from lychee_ray.io.readers.beam import read_beam_folder
@@ -96,39 +95,6 @@ def write_input(turns: list[dict], path: Path) -> Path:
 # ---------------------------------------------------------------------------------------------
 # One ingest, sampled
 # ---------------------------------------------------------------------------------------------
-def worker_kind(cmdline: list[str]) -> str | None:
-    """A Ray worker's kind from its process title (`ray::EmbedStage.process_batch` ->
-    `ray::EmbedStage`); None for a process that is no Ray worker."""
-    title = cmdline[0] if cmdline else ""
-    if not title.startswith("ray::"):
-        return None
-    return title.split()[0].split(".")[0]
-
-
-def run_sampled(cmd: list[str], log_path: Path) -> dict:
-    """Run `cmd`; wall time, the driver's peak RSS and each worker kind's peak RSS (MB)."""
-    import psutil
-
-    start, driver_peak, peaks = time.perf_counter(), 0, defaultdict(int)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        ps = psutil.Process(proc.pid)
-        while proc.poll() is None:
-            try:
-                driver_peak = max(driver_peak, ps.memory_info().rss)
-                for child in ps.children(recursive=True):
-                    kind = worker_kind(child.cmdline())
-                    if kind:
-                        peaks[kind] = max(peaks[kind], child.memory_info().rss)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                pass
-            time.sleep(0.5)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ingest failed (rc {proc.returncode}): {log_path.read_text(errors='replace')[-2000:]}")
-    return {"wall_s": time.perf_counter() - start, "driver_mb": driver_peak / 2**20,
-            "workers_mb": {k: v / 2**20 for k, v in sorted(peaks.items())}}
-
-
 def ingest(path: Path, store: Path, sets: list[str], log: Path) -> dict:
     cmd = [sys.executable, "-m", "lychee_ray.cli", "ingest", "--config", str(CONFIG), "--input", str(path), "--out", str(store),
            "--set", "ray.progress_bars=false", *[a for s in sets for a in ("--set", s)]]
@@ -181,7 +147,7 @@ def run_path(name: str, path: Path, work: Path, sets: list[str], questions: list
 
 def report(rows: list[dict], source: str, tokens: int, n_turns: int, args) -> Path:
     cols = ["path", "wall_s", "turns", "passages", "segments", "records", "nodes", "llm_calls", "llm_failures",
-            "embed_s", "segment_s", "encode_s", "organize_s", "driver_mb", "cache_mb", "cold_ms", "warm_p50_ms", "warm_p95_ms"]
+            "embed_s", "segment_s", "encode_s", "organize_s", "driver_rss_mb", "cache_mb", "cold_ms", "warm_p50_ms", "warm_p95_ms"]
     fmt = {c: ".1f" for c in cols if c.endswith(("_s", "_mb", "_ms"))}
     lines = [
         "# One very long conversation, end to end",

@@ -77,11 +77,19 @@ def make_archive(work: Path, n: int) -> tuple[Path, Path]:
     return summary.out / "archive", summary.out / "questions.jsonl"
 
 
+def worker_kind(cmdline: list[str]) -> str | None:
+    """A Ray worker's kind from its process title (`ray::MapWorker(MapBatches(embed)).submit` ->
+    `ray::MapWorker(MapBatches(embed))`); None for a process that is no Ray worker."""
+    title = cmdline[0] if cmdline else ""
+    return title.split()[0].removesuffix(".submit").removesuffix(".__init__") if title.startswith("ray::") else None
+
+
 def run_sampled(cmd: list[str], log_path: Path) -> dict:
-    """Run `cmd`, sampling its RSS and its Ray workers' every 0.5 s; wall time and peaks (MB)."""
+    """Run `cmd`, sampling its RSS and its Ray workers' every 0.5 s: wall time, the driver's peak,
+    the largest worker's peak and each worker kind's peak (MB)."""
     import psutil
 
-    start, driver_peak, worker_peak = time.perf_counter(), 0, 0
+    start, driver_peak, peaks = time.perf_counter(), 0, {}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         ps = psutil.Process(proc.pid)
@@ -89,14 +97,16 @@ def run_sampled(cmd: list[str], log_path: Path) -> dict:
             try:
                 driver_peak = max(driver_peak, ps.memory_info().rss)
                 for child in ps.children(recursive=True):
-                    if child.cmdline()[:1] and child.cmdline()[0].startswith("ray::"):
-                        worker_peak = max(worker_peak, child.memory_info().rss)
+                    kind = worker_kind(child.cmdline())
+                    if kind:
+                        peaks[kind] = max(peaks.get(kind, 0), child.memory_info().rss)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 pass
             time.sleep(0.5)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[2:5])} failed (rc {proc.returncode}): {log_path.read_text(errors='replace')[-2000:]}")
-    return {"wall_s": time.perf_counter() - start, "driver_rss_mb": driver_peak / 2**20, "worker_rss_mb": worker_peak / 2**20}
+    return {"wall_s": time.perf_counter() - start, "driver_rss_mb": driver_peak / 2**20,
+            "worker_rss_mb": max(peaks.values(), default=0) / 2**20, "workers_mb": {k: v / 2**20 for k, v in sorted(peaks.items())}}
 
 
 def ingest(archive: Path, store: Path, sets: list[str], work: Path) -> dict:
