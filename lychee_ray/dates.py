@@ -16,7 +16,8 @@ MONTH_NAMES = (
 )  # fmt: skip
 MONTH_NUM = {name.lower(): i for i, name in enumerate(MONTH_NAMES, start=1)}
 MONTH_NUM.update({"jan": 1, "feb": 2, "mar": 3, "apr": 4, "jun": 6, "jul": 7, "aug": 8, "sep": 9, "sept": 9, "oct": 10, "nov": 11, "dec": 12})
-WD_FULL = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+WD_FULL = rf"(?:{'|'.join(WEEKDAY_NAMES)})"
 
 # "May" and "March" are also ordinary words, so they (and "Mar") only count capitalized.
 MONTH = (

@@ -12,7 +12,6 @@ import logging
 import os
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 
 from lychee_ray.config import load_config
@@ -21,6 +20,7 @@ from lychee_ray.io.readers.files import list_input_files, read_file
 from lychee_ray.store import manifest as store_manifest
 
 from .conftest import REPO
+from tests.support.tiny_question_store import TinyQuestionStore
 
 LOCAL = REPO / "configs" / "local.yaml"
 DEEP = "[" * 50_000 + "]" * 50_000  # far past the parser's recursion limit
@@ -109,16 +109,6 @@ def test_a_deeply_nested_turn_costs_only_that_turn(tmp_path):
 # --------------------------------------------------------------------------------------------
 # 3. A questions line that is JSON but not an object
 # --------------------------------------------------------------------------------------------
-class _TinyStore:
-    """What load_questions reads of a store: conversations, record counts, conversation ids."""
-
-    def __init__(self):
-        self.con = duckdb.connect()
-        self.con.execute("create table conversations as select 'c1' as conversation_id, 'chat' as source")
-        self.con.execute("create table records as select 'c1' as conversation_id")
-
-    def conversation_ids(self):
-        return ["c1"]
 
 
 def test_a_questions_line_that_is_not_an_object_is_an_error_row_naming_file_and_line(tmp_path, caplog):
@@ -128,7 +118,7 @@ def test_a_questions_line_that_is_not_an_object_is_an_error_row_naming_file_and_
     good = {"conversation_id": "c1", "question_id": "q1", "question": "What grows?", "answer": "tomatoes"}
     qfile.write_text("42\n" + json.dumps(good) + "\n[1, 2]\n" + "[" * 50_000 + "\n{not json\n")
     with caplog.at_level(logging.ERROR, logger="lychee_ray.evaluate"):
-        items = load_questions(_TinyStore(), load_config(LOCAL), str(qfile))
+        items = load_questions(TinyQuestionStore(), load_config(LOCAL), str(qfile))
     got = [(i.question_id, i.status) for i in items]
     assert got == [("questions.jsonl:line1", "error"), ("q1", "ok"), ("questions.jsonl:line3", "error"), ("questions.jsonl:line4", "error"), ("questions.jsonl:line5", "error")]
     errors = {i.question_id: i.error for i in items if i.status == "error"}
@@ -145,7 +135,7 @@ def test_a_repeated_question_id_is_one_error_row_and_the_first_copy_is_asked(tmp
     qfile = tmp_path / "questions.jsonl"
     rows = [{"conversation_id": "c1", "question_id": "q1", "question": q, "answer": "a"} for q in ("First?", "Second?", "Third?")]
     qfile.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    items = load_questions(_TinyStore(), load_config(LOCAL), str(qfile))
+    items = load_questions(TinyQuestionStore(), load_config(LOCAL), str(qfile))
     assert [(i.question_id, i.status, i.question) for i in items] == [("q1", "ok", "First?"), ("q1#dup2", "error", "Second?"), ("q1#dup3", "error", "Third?")]
     assert "appears more than once" in items[1].error
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,6 +19,7 @@ from lychee_ray.io.readers.common import InputError
 from lychee_ray.io.readers.files import iter_conversations, list_input_files, read_file
 
 from .conftest import REPO
+from tests.support.tiny_question_store import TinyQuestionStore
 
 LOCAL = REPO / "configs" / "local.yaml"
 
@@ -80,14 +80,6 @@ def test_an_empty_timestamp_is_a_bad_timestamp_row(tmp_path):
 # --------------------------------------------------------------------------------------------
 # 3. An unparseable question_date in a questions file
 # --------------------------------------------------------------------------------------------
-class _TinyStore:
-    def __init__(self):
-        self.con = duckdb.connect()
-        self.con.execute("create table conversations as select 'c1' as conversation_id, 'chat' as source")
-        self.con.execute("create table records as select 'c1' as conversation_id")
-
-    def conversation_ids(self):
-        return ["c1"]
 
 
 def test_an_unparseable_question_date_in_a_questions_file_is_logged_with_file_line_and_value(tmp_path, caplog):
@@ -98,7 +90,7 @@ def test_an_unparseable_question_date_in_a_questions_file_is_logged_with_file_li
     bad = dict(good, question_id="q2", question_date="the day after the fair")
     qfile.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     with caplog.at_level(logging.WARNING, logger="lychee_ray.evaluate"):
-        items = load_questions(_TinyStore(), load_config(LOCAL), str(qfile))
+        items = load_questions(TinyQuestionStore(), load_config(LOCAL), str(qfile))
     assert [i.status for i in items] == ["ok", "ok"]  # the question is still asked
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and f"{qfile}:2" in warned[0] and "'the day after the fair'" in warned[0]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from lychee_ray.dates import month_num
+from lychee_ray.dates import MONTH_NAMES, MONTH_NUM, WEEKDAY_NAMES, month_num
 from lychee_ray.names import normalize_name
 from lychee_ray.rules.lexicon import ED_NOT_PAST, IRREGULAR_PAST, STOPWORDS
 from lychee_ray.rules.text import content_words, normalize_text, singular, split_sentences, stem
@@ -64,18 +64,15 @@ _PAST = IRREGULAR_PAST | frozenset(_IRREGULAR)
 # verbs that say a thing was done or put to use: "never used Docker" is broken by "set up Docker"
 DO_VERBS = frozenset(stem(v) for v in "use set install deploy build write run configure integrate implement add make do adopt create start ship fix".split())
 PLACE_VERBS = frozenset(stem(v) for v in "be go visit travel live stay".split())
-_TIME_WORDS = frozenset(
-    "last next week weeks month months year years day days today yesterday tomorrow morning evening night weekend ago kid child "
-    "january february march april may june july august september october november december monday tuesday wednesday thursday "
-    "friday saturday sunday".split()
+_DAY_AND_MONTH_NAMES = frozenset(WEEKDAY_NAMES) | frozenset(m.lower() for m in MONTH_NAMES)
+_TIME_WORDS = _DAY_AND_MONTH_NAMES | frozenset(
+    "last next week weeks month months year years day days today yesterday tomorrow morning evening night weekend ago kid child".split()
 )
 _GENERIC_OBJECT = frozenset("any anything project thing things before time times life ever yet one kind sort actually code go way".split())
 # words of an update that are not the thing updated
 _UPDATE_WORDS = frozenset("new news good great big update heads quick record now latest current currently".split())
-_NOT_UNIT = frozenset(
-    "am pm st nd rd th of and or to x times percent-of jan feb mar apr may jun jul aug sep sept oct nov dec january february march "
-    "april june july august september october november december monday tuesday wednesday thursday friday saturday sunday "
-    "years year months month weeks week days day ago".split()
+_NOT_UNIT = _DAY_AND_MONTH_NAMES | frozenset(MONTH_NUM) | frozenset(
+    "am pm st nd rd th of and or to x times percent-of years year months month weeks week days day ago".split()
 )
 # verbs that only link a thing to its measure ("takes 400 ms", "is down to"): no part of the thing
 _MEASURING = frozenset("take takes took cost costs weigh weighs measure measures last lasts hit hits reach reaches reached sit sits stand stands come comes run runs down up".split())
