@@ -59,6 +59,13 @@ def exported(tmp_path_factory) -> tuple[Path, list]:
 
 
 @pytest.fixture
+def two_runtime_order(monkeypatch):
+    """auto's order as the mechanism tests need it (two runtimes, so "moves on" is visible); the
+    shipped AUTO_ORDER is a measurement and may hold one."""
+    monkeypatch.setattr(er, "AUTO_ORDER", ("onnx", "openvino"))
+
+
+@pytest.fixture
 def cache_copy(exported, tmp_path) -> Path:
     """A private copy of the exports, without their check outcomes (so a test's check runs)."""
     cache = tmp_path / "cache"
@@ -86,7 +93,7 @@ def test_runtime_gives_torchs_vectors_on_the_bundled_model(runtime, exported, to
     assert model_files() == before, "nothing may be written beside the bundled model (site-packages)"
 
 
-def test_a_runtime_whose_vectors_drift_is_refused_with_the_fix(cache_copy, monkeypatch, caplog):
+def test_a_runtime_whose_vectors_drift_is_refused_with_the_fix(cache_copy, monkeypatch, caplog, two_runtime_order):
     real = er.open_network
 
     def noisy(runtime, folder, threads):
@@ -144,14 +151,14 @@ def test_export_is_made_once_whole_and_reused(torch_embedder, tmp_path, monkeypa
     assert np.allclose(first.encode(TEXTS), second.encode(TEXTS), atol=1e-6)
 
 
-def test_a_damaged_export_is_refused_and_auto_moves_on(cache_copy, torch_embedder):
+def test_a_damaged_export_is_refused_and_auto_moves_on(cache_copy, torch_embedder, two_runtime_order):
     (cache_copy / digest(torch_embedder) / "onnx" / "model.onnx").write_bytes(b"bit rot")
     with pytest.raises(EmbeddingError, match=r"embedding\.runtime=onnx could not load the export in .*delete that folder"):
         Embedder(cfg("onnx", cache_copy))
     assert Embedder(cfg("auto", cache_copy)).runtime == "openvino"
 
 
-def test_auto_falls_back_to_torch_when_a_runtime_is_missing(cache_copy, tmp_path, monkeypatch, caplog, torch_embedder):
+def test_auto_falls_back_to_torch_when_a_runtime_is_missing(cache_copy, tmp_path, monkeypatch, caplog, torch_embedder, two_runtime_order):
     caplog.set_level(logging.INFO, logger=er.__name__)
     real = er.missing_modules
     monkeypatch.setattr(er, "missing_modules", lambda runtime: ["onnxruntime"] if runtime == "onnx" else real(runtime))
