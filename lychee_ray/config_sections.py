@@ -123,15 +123,17 @@ class EmbeddingConfig(EndpointConfig):
     # sentence_transformers on the CPU only: what runs the network. onnx / openvino: the same fp32
     # weights exported once into cache_dir, refused at load unless every probe text's vector is
     # within cosine 0.9999 of torch's; auto: the first of embedding_runtime.AUTO_ORDER that is
-    # installed and passes, else torch (lychee_ray/embedding_runtime.py).
-    runtime: Literal["torch", "onnx", "openvino", "auto"] = "torch"
+    # installed and passes, else torch (lychee_ray/embedding_runtime.py). auto is the default:
+    # on the 2-core CI box it runs openvino, 1.13x torch on a raw encode, with LoCoMo dev recall
+    # identical to torch's (benchmarks/bench_embed_runtime.py, benchmarks/dev_recall.py).
+    runtime: Literal["torch", "onnx", "openvino", "auto"] = "auto"
     cache_dir: str | None = None  # exported runtimes; None: $XDG_CACHE_HOME (or ~/.cache)/lychee-ray/embeddings
 
     @model_validator(mode="after")
     def _backend_fields_agree(self) -> "EmbeddingConfig":
         # A field the chosen backend ignores is a mistake in the YAML: fail loudly, as for a typo.
         if self.backend == "openai":
-            if self.runtime != "torch" or self.cache_dir is not None:
+            if self.runtime not in ("torch", "auto") or self.cache_dir is not None:  # auto: the default
                 raise ValueError("embedding.runtime and embedding.cache_dir apply to the local model only, but the backend is openai: remove them")
             if self.model.startswith("bundled:"):
                 raise ValueError(

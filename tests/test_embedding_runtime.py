@@ -44,7 +44,7 @@ def model_files() -> list[tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def torch_embedder() -> Embedder:
-    return Embedder(EmbeddingConfig())
+    return Embedder(EmbeddingConfig(runtime="torch"))
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +181,9 @@ def test_auto_falls_back_to_torch_when_a_runtime_is_missing(cache_copy, tmp_path
 
 def test_config_takes_the_four_runtimes_only():
     assert [EmbeddingConfig(runtime=r).runtime for r in ("torch", "onnx", "openvino", "auto")] == ["torch", "onnx", "openvino", "auto"]
-    assert EmbeddingConfig().runtime == "torch"
+    assert EmbeddingConfig().runtime == "auto"  # the default: the fastest runtime that passes
+    # an endpoint backend takes the default (nothing runs locally) but refuses a set local runtime
+    assert EmbeddingConfig(backend="openai", model="text-embedding-3-small").runtime == "auto"
     with pytest.raises(ValidationError, match="runtime"):
         EmbeddingConfig(runtime="tensorrt")
     with pytest.raises(ValidationError, match="embedding.runtime and embedding.cache_dir apply to the local model only"):
