@@ -53,11 +53,17 @@ SHORT_TURNS = 12  # turns per short conversation (one session's first 12)
 
 
 def load_raw_model(cfg):
+    """The model as the ingest's actors run it: the same runtime (`embedding.runtime`, auto by
+    default), so the raw passes and the ingest encode with the same network."""
     from sentence_transformers import SentenceTransformer
 
     from lychee_ray.embedding import pick_device, resolve_model_path
+    from lychee_ray.embedding_runtime import apply_runtime
 
-    model = SentenceTransformer(resolve_model_path(cfg.model), device=pick_device(cfg.device))
+    device = pick_device(cfg.device)
+    model = SentenceTransformer(resolve_model_path(cfg.model), device=device)
+    model.runtime = apply_runtime(model, cfg.runtime, cache_dir=cfg.cache_dir, device=device,
+                                  num_threads=cfg.num_threads or os.cpu_count() or 1)
     model.encode(["warm-up"] * 8, batch_size=cfg.batch_size)  # first call pays one-off setup
     return model
 
@@ -146,13 +152,14 @@ def texts_rows(run: dict, cfg) -> list[str]:
     return rows
 
 
-def render(runs: list[dict], cfg, ray_start_s: float, quick: bool, sets: list[str]) -> list[str]:
+def render(runs: list[dict], cfg, ray_start_s: float, quick: bool, sets: list[str], runtime: str) -> list[str]:
     lines = [
         "# Ingest throughput: full rules ingest vs raw SentenceTransformer.encode",
         "",
         f"Command: `python -m benchmarks.bench_ingest{' --quick' if quick else ''}{set_flags(sets)}`. Config `configs/local.yaml` "
         f"(llm.backend=rules, embedding actors {cfg.embedding.num_actors}, node-name cache {cfg.organize.name_cache_entries} "
-        f"entries), {os.cpu_count()} CPUs, torch threads {_torch_threads()}. Ray start-up, once, excluded: {ray_start_s:.1f} s; "
+        f"entries), {os.cpu_count()} CPUs, torch threads {_torch_threads()}, embedding runtime {runtime} (raw passes and "
+        f"ingest alike). Ray start-up, once, excluded: {ray_start_s:.1f} s; "
         "each ingest's time includes its actors' model loads. Absolute numbers drift with the machine's load; the ratio "
         "is measured against raw passes right around it.",
         "",
@@ -240,7 +247,7 @@ def main(argv: list[str] | None = None) -> Path:
             runs = [measure(cfg, name, src, Path(tmp), model) for name, src in todo]
         finally:
             ray.shutdown()  # only the private local Ray this process started
-    return write_markdown("ingest_throughput", render(runs, cfg, ray_start_s, args.quick, args.sets))
+    return write_markdown("ingest_throughput", render(runs, cfg, ray_start_s, args.quick, args.sets, model.runtime))
 
 
 if __name__ == "__main__":
