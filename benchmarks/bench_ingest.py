@@ -53,17 +53,13 @@ SHORT_TURNS = 12  # turns per short conversation (one session's first 12)
 
 
 def load_raw_model(cfg):
-    """The model as the ingest's actors run it: the same runtime (`embedding.runtime`, auto by
-    default), so the raw passes and the ingest encode with the same network."""
-    from sentence_transformers import SentenceTransformer
+    """The SentenceTransformer as an ingest actor builds it (`Embedder`: same device, threads and
+    `embedding.runtime`), so the raw passes and the ingest encode with the same network."""
+    from lychee_ray.embedding import Embedder
 
-    from lychee_ray.embedding import pick_device, resolve_model_path
-    from lychee_ray.embedding_runtime import apply_runtime
-
-    device = pick_device(cfg.device)
-    model = SentenceTransformer(resolve_model_path(cfg.model), device=device)
-    model.runtime = apply_runtime(model, cfg.runtime, cache_dir=cfg.cache_dir, device=device,
-                                  num_threads=cfg.num_threads or os.cpu_count() or 1)
+    embedder = Embedder(cfg)
+    model = embedder.model
+    model.runtime = embedder.runtime  # what the report names
     model.encode(["warm-up"] * 8, batch_size=cfg.batch_size)  # first call pays one-off setup
     return model
 

@@ -123,9 +123,8 @@ class EmbeddingConfig(EndpointConfig):
     # sentence_transformers on the CPU only: what runs the network. onnx / openvino: the same fp32
     # weights exported once into cache_dir, refused at load unless every probe text's vector is
     # within cosine 0.9999 of torch's; auto: the first of embedding_runtime.AUTO_ORDER that is
-    # installed and passes, else torch (lychee_ray/embedding_runtime.py). auto is the default:
-    # on the 2-core CI box it runs openvino, 1.13x torch on a raw encode, with LoCoMo dev recall
-    # identical to torch's (benchmarks/bench_embed_runtime.py, benchmarks/dev_recall.py).
+    # installed and passes, else torch (lychee_ray/embedding_runtime.py, which keeps the
+    # measurement behind that order). auto is the default: the fastest runtime that passes.
     runtime: Literal["torch", "onnx", "openvino", "auto"] = "auto"
     cache_dir: str | None = None  # exported runtimes; None: $XDG_CACHE_HOME (or ~/.cache)/lychee-ray/embeddings
 
