@@ -19,7 +19,9 @@ What each size gets:
   `Memory.search` latency (the rules planner, the query embedding, every channel, fusion and
   MMR: what an agent's call costs) on `--search-conversations` conversations drawn at random
   (seed 0): cold = a conversation's first question (its rows are loaded), warm = a second,
-  different question of it right after; p50 and p95 in ms.
+  different question of it right after; p50 and p95 in ms. The same again with every load
+  through the views over all parts (`_view_scan`: how reads went before a conversation's load
+  took its own part), side by side in the same run.
 - evaluate: `lychee-ray evaluate` (child process, default config) on a fixed sample of
   `--eval-questions` questions (the first ones of conversations drawn with seed 0): questions/s
   over the command's whole wall time (Ray start and model loads included, the same at every size).
@@ -41,7 +43,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +56,7 @@ from lychee_ray.config import LycheeConfig, load_config
 from lychee_ray.plots import line_chart, markdown_table
 from lychee_ray.query.memory import Memory
 from lychee_ray.runtime.pipeline import WorkBatches
+from lychee_ray.store.manifest import Committed
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.writer import StoreWriter, prepare_output
 from lychee_ray.synth import SynthParams, write_archive
@@ -232,6 +237,14 @@ def search_latency(store: Path, cfg: LycheeConfig, bank: dict[str, list[dict]], 
     return {"cold_p50_ms": c50, "cold_p95_ms": c95, "warm_p50_ms": w50, "warm_p95_ms": w95}
 
 
+@contextmanager
+def view_scans():
+    """Every conversation load through the views over all parts, as reads went before a load
+    took the one part its newest commit wrote: the side-by-side baseline of the cold figures."""
+    with mock.patch.object(Committed, "owned_part", lambda self, table, conversation_id: None):
+        yield
+
+
 def eval_rate(store: Path, bank: dict[str, list[dict]], n_questions: int, sets: list[str], work: Path) -> dict:
     """Questions/s of `lychee-ray evaluate` on the first questions of conversations drawn with seed 0."""
     with open_store(str(store)) as s:
@@ -258,6 +271,8 @@ def measure_size(n: int, built: dict, args, cfg: LycheeConfig, bank: dict, work:
     row.update(store_shape(store))
     row["open_s"] = open_seconds(store, cfg)
     row.update(search_latency(store, cfg, bank, args.search_conversations))
+    with view_scans():
+        row.update({f"{k}_view_scan": v for k, v in search_latency(store, cfg, bank, args.search_conversations).items()})
     if args.eval_questions:
         row.update(eval_rate(store, bank, args.eval_questions, args.sets, work))
     if args.compact:
@@ -275,6 +290,8 @@ def measure_size(n: int, built: dict, args, cfg: LycheeConfig, bank: dict, work:
 
 COLUMNS = ["size", "built", "turns", "turns_per_s", "driver_rss_mb", "worker_rss_mb", "files_max", "commits", "store_mb", "open_s",
            "cold_p50_ms", "cold_p95_ms", "warm_p50_ms", "warm_p95_ms", "eval_qps"]
+VIEW_COLUMNS = ["size", "cold_p50_ms", "cold_p95_ms", "cold_p50_ms_view_scan", "cold_p95_ms_view_scan", "warm_p95_ms",
+                "warm_p95_ms_view_scan"]
 COMPACT_COLUMNS = ["size", "compact_s", "files_max_compacted", "open_s_compacted", "cold_p95_ms_compacted", "warm_p95_ms_compacted"]
 PLOTS = {"turns_per_s": "ingest turns/s", "driver_rss_mb": "driver peak RSS (MB)", "worker_rss_mb": "largest worker peak RSS (MB)",
          "files_max": "Parquet parts per table", "store_mb": "store size (MB)", "open_s": "Memory.open (s)",
@@ -292,6 +309,9 @@ def report(rows: list[dict], args, command: str) -> Path:
              markdown_table(rows, COLUMNS, {"turns_per_s": ".1f", "driver_rss_mb": ".0f", "worker_rss_mb": ".0f", "store_mb": ".1f",
                                             "open_s": ".3f", "eval_qps": ".2f"})]
     lines += ["", "Parts per table: " + "; ".join(f"{r['size']}: " + ", ".join(f"{t} {k}" for t, k in r["files"].items()) for r in rows)]
+    lines += ["", "A conversation's first question reads the one part its newest commit wrote; the same questions with every "
+              "load going through the views over all parts (`_view_scan`, how reads went before), measured in the same run:", "",
+              markdown_table(rows, VIEW_COLUMNS, {})]
     if args.compact:
         lines += ["", "After `lychee-ray compact`:", "", markdown_table(rows, COMPACT_COLUMNS, {"open_s_compacted": ".3f"})]
     sizes = [r["size"] for r in rows]

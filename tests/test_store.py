@@ -15,7 +15,7 @@ import pytest
 from lychee_ray.config import LycheeConfig
 from lychee_ray.query.conversation import LoadedConversation
 from lychee_ray.rules.lexicon import ROLE_SPEAKERS
-from lychee_ray.store.manifest import StoreError
+from lychee_ray.store.manifest import StoreError, load_commits
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.rows import conversation_rows
 from lychee_ray.store.writer import (
@@ -153,6 +153,37 @@ def test_redone_conversation_newest_commit_wins(tmp_path):
     manifest = finalize_manifest(out)
     assert manifest["n_conversations_by_status"] == {"ok": 2}
     assert manifest["counts"]["records"] == 16
+
+
+def test_a_conversation_loads_from_its_own_part_with_the_views_rows_and_types(tmp_path):
+    """A conversation's load reads the one part its newest commit wrote, not every part: the
+    same rows and types as the view (a redone conversation's hidden rows stay hidden), and it
+    still loads when every other part is gone."""
+    cfg = make_cfg()
+    out = str(tmp_path / "s")
+    prepare_output(out, cfg)
+    writer = StoreWriter(out, cfg)
+    writer.write_batch([make_conv("c1", 0, status="error"), CONVS["c2"]])
+    writer.write_batch([CONVS["c1"]])  # c1 redone: its first rows stay in the part it shared with c2
+    with open_store(out, cfg) as s:
+        for cid in ("c1", "c2"):
+            for t in INGEST_TABLES:
+                got = s.conversation_arrow(t, cid)
+                want = s.con.sql(f"SELECT * FROM {t} WHERE conversation_id = $cid", params={"cid": cid}).to_arrow_table()
+                assert got.schema == want.schema, t
+                assert sorted(map(repr, got.to_pylist())) == sorted(map(repr, want.to_pylist())), (cid, t)
+        assert s.conversation_arrow("turns", "c1").num_rows == 12
+        assert [r["turn_idx"] for r in s.turns("c1")] == list(range(12))
+        ids, vecs = s.embeddings("records", "c1")
+        assert len(ids) == 8 and vecs.shape == (8, DIM)
+    first = min(load_commits(pafs.LocalFileSystem(), out), key=lambda c: c["committed_at"])
+    with open_store(out, cfg) as s:
+        for info in first["files"].values():
+            os.remove(os.path.join(out, info["path"]))
+        assert len(LoadedConversation.load(s, "c1").records.ids) == 8
+        assert len(s.records("c1")) == 8
+        with pytest.raises(Exception):  # the view over every part does need the removed ones
+            s.sql("SELECT count(*) FROM turns")
 
 
 def test_finalize_manifest_counts(store_dir):

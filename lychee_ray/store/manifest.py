@@ -101,6 +101,15 @@ class Committed:
     hidden: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # table -> file -> ids
     status: dict[str, str] = field(default_factory=dict)  # conversation_id -> status
     build_hashes: set[str] = field(default_factory=set)
+    owner: dict[str, str] = field(default_factory=dict)  # conversation_id -> batch id of its newest commit
+    batch_files: dict[str, dict[str, str]] = field(default_factory=dict)  # batch id -> table -> path
+
+    def owned_part(self, table: str, conversation_id: str) -> str | None:
+        """The one part of `table` that holds every visible row of the conversation: its newest
+        commit wrote the whole conversation again (ingest, a grown conversation, compaction), and
+        a file is hidden only for conversations a later commit owns. None: not committed."""
+        batch = self.owner.get(conversation_id)
+        return self.batch_files.get(batch, {}).get(table) if batch is not None else None
 
 
 def committed_view(commits: list[dict]) -> Committed:
@@ -115,7 +124,9 @@ def committed_view(commits: list[dict]) -> Committed:
         lost = [cid for cid in own if owner[cid] != commit["batch_id"]]
         if len(lost) == len(own):
             continue  # every conversation of this batch was redone later: skip its files
+        out.owner.update((cid, commit["batch_id"]) for cid in own if cid not in lost)
         out.build_hashes.add(commit.get("build_hash", ""))
+        out.batch_files[commit["batch_id"]] = {table: info["path"] for table, info in commit["files"].items()}
         for table, info in commit["files"].items():
             out.files.setdefault(table, []).append(info["path"])
             if lost:

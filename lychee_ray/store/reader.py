@@ -14,20 +14,23 @@ integer dimension. A `Store` holds one DuckDB connection: use it from one thread
 one Store per worker or thread).
 
 Retrieval does not query the store per question: it loads a conversation once
-(`conversation_arrow`) and ranks in memory (lychee_ray/query/engine.py). BM25 uses `bm25s`
+(`conversation_arrow`, from the one part its newest commit wrote, not the view over all parts) and ranks in memory (lychee_ray/query/engine.py). BM25 uses `bm25s`
 (search.py): DuckDB's fts extension cannot be installed here.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.io.fs import is_local, join_path, resolve_uri
@@ -50,8 +53,9 @@ class Store:
     """A read-only view of one store: `con` has a DuckDB view per table; helpers are parameterized."""
 
     def __init__(self, path: str, manifest: dict, con: duckdb.DuckDBPyConnection,
-                 committed: Committed, keep: Sequence = ()):
+                 committed: Committed, keep: Sequence = (), *, fs: pafs.FileSystem | None = None, base: str = ""):
         self.path = path
+        self._fs, self._base = fs, base
         self._keep = list(keep)  # Arrow objects and relations the views scan must outlive them
         self._manifest = manifest
         self.con = con
@@ -61,6 +65,7 @@ class Store:
         self.dim = int(manifest["embedding_dim"])
         self._committed = committed
         self._cols = {name: cls.column_names() for name, cls in TABLES.items()}
+        self._schemas = {name: cls.arrow_schema(self.dim) for name, cls in TABLES.items()}
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
@@ -120,13 +125,42 @@ class Store:
             if col not in self._cols[table]:
                 raise ValueError(f"{table} has no column {col!r}")
         select = ", ".join(f'x."{c}"' for c in cols)
-        if in_stored_order:
-            query = (f"SELECT {select} FROM (SELECT *, row_number() OVER () AS _pos FROM {table} "
-                     f"WHERE conversation_id = $cid) x ORDER BY x._pos")
-        else:
-            order = (" ORDER BY " + ", ".join(f'x."{c}"' for c in order_by)) if order_by else ""
-            query = f"SELECT {select} FROM {table} x WHERE {self._conv_eq('x')}{order}"
-        return self._cur.sql(query, params={"cid": conversation_id}).to_arrow_table()
+        with self._conversation_source(table, conversation_id, [*cols, *order_by]) as (source, params):
+            if in_stored_order:
+                query = (f"SELECT {select} FROM (SELECT *, row_number() OVER () AS _pos FROM {source} "
+                         f"WHERE conversation_id = $cid) x ORDER BY x._pos")
+            else:
+                order = (" ORDER BY " + ", ".join(f'x."{c}"' for c in order_by)) if order_by else ""
+                query = f"SELECT {select} FROM {source} x WHERE {self._conv_eq('x')}{order}"
+            return self._cur.sql(query, params={"cid": conversation_id, **params}).to_arrow_table()
+
+    @contextmanager
+    def _conversation_source(self, table: str, conversation_id: str, columns: Sequence[str]) -> Iterator[tuple[str, dict]]:
+        """(what to select one conversation's rows of `table` from, its parameters): the one part
+        its newest commit wrote (`Committed.owned_part`), typed as the view types it; else the view.
+
+        The view opens every part's footer: on a store of 100,000 short chats (1,563 parts per
+        table) a conversation's first question cost ~1 s and grew with the store; the owned part
+        is one file whatever the store's size (benchmarks/bench_scale.py measures both)."""
+        part = self._committed.owned_part(table, conversation_id)
+        if part is None or self._fs is None:
+            yield table, {}
+            return
+        schema = self._schemas[table]
+        wanted = list(dict.fromkeys(["conversation_id", *columns]))
+        typed = ", ".join(_view_column(schema.field(c)) for c in wanted)
+        path = join_path(self._base, part)
+        if is_local(self._fs):
+            yield f"(SELECT {typed} FROM read_parquet($part))", {"part": path}
+            return
+        # No httpfs offline: a remote part comes through pyarrow on the store's own filesystem.
+        data = pq.read_table(path, filesystem=self._fs, columns=wanted, filters=pc.field("conversation_id") == conversation_id)
+        name = f"_owned_{table}"
+        self._cur.register(name, data)
+        try:
+            yield f"(SELECT {typed} FROM {name})", {}
+        finally:
+            self._cur.unregister(name)
 
     # -- plain reads -------------------------------------------------------------------------------
     def conversation_ids(self) -> list[str]:
@@ -134,17 +168,19 @@ class Store:
             "SELECT conversation_id FROM conversations ORDER BY conversation_id")]
 
     def turns(self, conversation_id: str) -> list[dict]:
-        return self.sql(
-            f"SELECT {self._select('turns', 't')} FROM turns t WHERE {self._conv_eq('t')} ORDER BY t.turn_idx",
-            {"cid": conversation_id},
-        )
+        with self._conversation_source("turns", conversation_id, self._cols["turns"]) as (source, params):
+            return self.sql(
+                f"SELECT {self._select('turns', 't')} FROM {source} t WHERE {self._conv_eq('t')} ORDER BY t.turn_idx",
+                {"cid": conversation_id, **params},
+            )
 
     def records(self, conversation_id: str) -> list[dict]:
-        return self.sql(
-            f"SELECT {self._select('records', 'r')} FROM records r WHERE {self._conv_eq('r')} "
-            f"ORDER BY r.segment_id, r.record_id",
-            {"cid": conversation_id},
-        )
+        with self._conversation_source("records", conversation_id, self._cols["records"]) as (source, more):
+            return self.sql(
+                f"SELECT {self._select('records', 'r')} FROM {source} r WHERE {self._conv_eq('r')} "
+                f"ORDER BY r.segment_id, r.record_id",
+                {"cid": conversation_id, **more},
+            )
 
     def embeddings(self, table: str, conversation_id: str,
                    ids: Sequence[str] | None = None) -> tuple[list[str], np.ndarray]:
@@ -158,11 +194,12 @@ class Store:
                 return [], np.zeros((0, self.dim), np.float32)
             id_clause = f" AND list_contains($ids, t.{id_col})"
             params["ids"] = list(ids)
-        result = self._cur.sql(
-            f"SELECT t.{id_col} AS id, t.embedding FROM {table} t "
-            f"WHERE {self._conv_eq('t')} AND t.embedding IS NOT NULL{id_clause} ORDER BY t.{id_col}",
-            params=params,
-        ).to_arrow_table()
+        with self._conversation_source(table, conversation_id, [id_col, "embedding"]) as (source, more):
+            result = self._cur.sql(
+                f"SELECT t.{id_col} AS id, t.embedding FROM {source} t "
+                f"WHERE {self._conv_eq('t')} AND t.embedding IS NOT NULL{id_clause} ORDER BY t.{id_col}",
+                params={**params, **more},
+            ).to_arrow_table()
         emb = result.column("embedding").combine_chunks()
         flat = emb.values.to_numpy(zero_copy_only=False) if len(emb) else np.zeros(0, np.float32)
         return result.column("id").to_pylist(), flat.astype(np.float32, copy=False).reshape(-1, self.dim)
@@ -241,7 +278,7 @@ def open_store(path: str, cfg: LycheeConfig | None = None, *,
     for table, declared in TABLES.items():
         _create_view(con, table, declared.arrow_schema(dim), committed, fs, base, keep)
     con.execute(RECORD_VALIDITY_VIEW)
-    return Store(path, manifest, con, committed, keep)
+    return Store(path, manifest, con, committed, keep, fs=fs, base=base)
 
 
 # A record's validity, derived from the append-only links (never stored): valid from the day it
