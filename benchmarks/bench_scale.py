@@ -1,7 +1,7 @@
 """Ingest and query against archive size (issue 31): 1,000 / 10,000 / 100,000 short generated chats.
 
     python -m benchmarks.bench_scale [--quick] [--sizes 1000 10000 100000] [--ingest-up-to 10000]
-        [--search-conversations 200] [--eval-questions 200] [--compact] [--work DIR] [--set KEY=VALUE ...]
+        [--search-conversations 200] [--eval-questions 200] [--compact] [--work DIR [--reuse]] [--set KEY=VALUE ...]
 
 What each size gets:
 - the archive: `lychee_ray.synth`, chit-chat style, chat JSONL, 2 sessions x 6 turns (12-turn
@@ -332,6 +332,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--eval-questions", type=int, default=200, help="0: no evaluate run")
     p.add_argument("--compact", action="store_true", help="also measure each store after lychee-ray compact")
     p.add_argument("--work", default=None, help="keep archives and stores here (default: a temp folder, removed)")
+    p.add_argument("--reuse", action="store_true", help="with --work: measure the stores an earlier run left there again instead of building them")
     add_set_option(p)
     args = p.parse_args(argv)
     if args.quick:
@@ -346,6 +347,12 @@ def main(argv: list[str] | None = None) -> Path:
     try:
         for n in sizes:
             store = work / f"store-{n}"
+            if args.reuse and (store / "manifest.json").exists():
+                built = {"store": store, "how": "reused"}
+                if n <= min(args.ingest_up_to, SYNTH_MAX):
+                    base, bank = (store, n), question_bank(make_archive(work, n)[1])
+                rows.append(measure_size(n, built, args, cfg, bank, work))
+                continue
             shutil.rmtree(store, ignore_errors=True)
             if n <= min(args.ingest_up_to, SYNTH_MAX):
                 archive, questions = make_archive(work, n)

@@ -186,6 +186,20 @@ def test_a_conversation_loads_from_its_own_part_with_the_views_rows_and_types(tm
             s.sql("SELECT count(*) FROM turns")
 
 
+def test_the_planners_entity_names_are_the_conversations_entity_nodes_most_linked_first(store):
+    from lychee_ray.query.retrieve import entity_names
+
+    seen = 0
+    for cid in store.conversation_ids():
+        want = store.sql("SELECT name, n_records FROM nodes WHERE conversation_id = $cid AND kind = 'entity'", {"cid": cid})
+        got = entity_names(store, cid)
+        assert sorted(got) == sorted(r["name"] for r in want)
+        links = {r["name"]: r["n_records"] or 0 for r in want}
+        assert [links[n] for n in got] == sorted(links.values(), reverse=True)
+        seen += len(got)
+    assert seen > 0
+
+
 def test_finalize_manifest_counts(store_dir):
     manifest = finalize_manifest(store_dir)
     assert manifest["counts"] == {"conversations": 3, "turns": 36, "passages": 6, "segments": 9, "records": 24, "nodes": 12,

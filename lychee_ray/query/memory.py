@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Self
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lychee_ray.config import LycheeConfig, load_config
 from lychee_ray.dates import parse_iso_date
@@ -290,21 +291,16 @@ class Memory:
         """Asked now, i.e. after the conversation: relative dates ("in June") resolve against
         the day of its last timestamped turn."""
         if conversation_id not in self._asked_at:
-            rows = self.store.sql(
-                'SELECT max(t."timestamp") AS last FROM turns t WHERE t.conversation_id = $cid',
-                {"cid": conversation_id},
-            )
-            last = rows[0]["last"] if rows else None
+            stamps = self.store.conversation_arrow("turns", conversation_id, ["timestamp"]).column("timestamp")
+            last = pc.max(stamps).as_py()
             self._asked_at[conversation_id] = last.date().isoformat() if last is not None else None
         return self._asked_at[conversation_id]
 
     def _benchmark_of(self, conversation_id: str) -> str:
         """The answer prompt evaluate would use: the conversation's source benchmark, else generic."""
         if conversation_id not in self._benchmark:
-            rows = self.store.sql(
-                "SELECT c.source FROM conversations c WHERE c.conversation_id = $cid LIMIT 1", {"cid": conversation_id}
-            )
-            source = rows[0]["source"] if rows else None
+            sources = self.store.conversation_arrow("conversations", conversation_id, ["source"]).column("source").to_pylist()
+            source = sources[0] if sources else None
             self._benchmark[conversation_id] = source if source in BENCHMARKS else "generic"
         return self._benchmark[conversation_id]
 

@@ -228,7 +228,10 @@ def baseline_turns(store, kind: str, conversation_id: str, question: str, qvec: 
 
 
 def entity_names(store, conversation_id: str) -> list[str]:
-    rows = store.con.execute(
-        "select name from nodes where conversation_id = ? and kind = 'entity' order by n_records desc", [conversation_id]
-    ).fetchall()
-    return [r[0] for r in rows]
+    """The conversation's entity node names, most linked first (ties in stored order). Read from
+    the conversation's own part (`Store.conversation_arrow`), so the planner's first question of
+    a conversation costs the same on a store of any size."""
+    nodes = store.conversation_arrow("nodes", conversation_id, ["name", "kind", "n_records"], in_stored_order=True)
+    rows = [(name, n or 0) for name, kind, n in zip(*(nodes.column(c).to_pylist() for c in ("name", "kind", "n_records")))
+            if kind == "entity"]
+    return [name for name, _ in sorted(rows, key=lambda row: -row[1])]
