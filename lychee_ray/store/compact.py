@@ -2,10 +2,9 @@
 
 Every ingest batch is a commit with one Parquet part per table (ingest.batch_turns turns, at most
 store.conversations_per_file conversations), so a large or nightly-grown store holds thousands
-of small parts and commit markers. Opening it reads every marker, each query's scan opens every
-part's footer, and a conversation's first question scans them all: the cost per question grows
-with the store, and an archive's total with its square. Compaction brings the parts back to a
-few per table.
+of small parts and commit markers. Opening it reads every marker, and every query over a view
+opens every part's footer (a conversation's own load does not: it reads the part its newest
+commit wrote). Compaction brings the parts back to a few per table.
 
 How it stays safe (the commit protocol of store/writer.py, nothing new):
 1. the visible rows (what the views show: a conversation's newest commit) are read group by
