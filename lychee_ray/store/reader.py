@@ -14,8 +14,9 @@ integer dimension. A `Store` holds one DuckDB connection: use it from one thread
 one Store per worker or thread).
 
 Retrieval does not query the store per question: it loads a conversation once
-(`conversation_arrow`, from the one part its newest commit wrote, not the view over all parts) and ranks in memory (lychee_ray/query/engine.py). BM25 uses `bm25s`
-(search.py): DuckDB's fts extension cannot be installed here.
+(`conversation_arrow`, from the one part its newest commit wrote, not the view over all parts)
+and ranks in memory (lychee_ray/query/engine.py). BM25 uses `bm25s` (search.py): DuckDB's fts
+extension cannot be installed here.
 """
 
 from __future__ import annotations
@@ -140,8 +141,8 @@ class Store:
         its newest commit wrote (`Committed.owned_part`), typed as the view types it; else the view.
 
         The view opens every part's footer: on a store of 100,000 short chats (1,563 parts per
-        table) a conversation's first question cost ~1 s and grew with the store; the owned part
-        is one file whatever the store's size (benchmarks/bench_scale.py measures both)."""
+        table) a conversation's first question took over a second and grew with the store; the
+        owned part is one file whatever the store's size (benchmarks/bench_scale.py measures both)."""
         part = self._committed.owned_part(table, conversation_id)
         if part is None or self._fs is None:
             yield table, {}
