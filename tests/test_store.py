@@ -14,8 +14,9 @@ import pytest
 
 from lychee_ray.config import LycheeConfig
 from lychee_ray.query.conversation import LoadedConversation
+from lychee_ray.query.memory import RECORD_COLUMNS, TURN_COLUMNS, VALIDITY_COLUMNS, select_records, select_turns
 from lychee_ray.rules.lexicon import ROLE_SPEAKERS
-from lychee_ray.store.manifest import StoreError, load_commits
+from lychee_ray.store.manifest import StoreError, committed_view, load_commits
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.rows import conversation_rows
 from lychee_ray.store.writer import (
@@ -158,16 +159,20 @@ def test_redone_conversation_newest_commit_wins(tmp_path):
 def test_a_conversation_loads_from_its_own_part_with_the_views_rows_and_types(tmp_path):
     """A conversation's load reads the one part its newest commit wrote, not every part: the
     same rows and types as the view (a redone conversation's hidden rows stay hidden), and it
-    still loads when every other part is gone."""
+    still loads when every other part is gone; so do Memory.records and Memory.turns."""
     cfg = make_cfg()
     out = str(tmp_path / "s")
     prepare_output(out, cfg)
     writer = StoreWriter(out, cfg)
     writer.write_batch([make_conv("c1", 0, status="error"), CONVS["c2"]])
     writer.write_batch([CONVS["c1"]])  # c1 redone: its first rows stay in the part it shared with c2
+    quiet = make_conv("c4", 4)
+    quiet.links, quiet.errors = [], []
+    writer.write_batch([quiet])
+    quiet_batch = committed_view(load_commits(pafs.LocalFileSystem(), out)).owner["c4"]
     with open_store(out, cfg) as s:
         assert s.conversation_ids() == [r["conversation_id"] for r in s.sql("SELECT conversation_id FROM conversations ORDER BY 1")]
-        for cid in ("c1", "c2"):
+        for cid in ("c1", "c2", "c4"):
             for t in INGEST_TABLES:
                 got = s.conversation_arrow(t, cid)
                 want = s.con.sql(f"SELECT * FROM {t} WHERE conversation_id = $cid", params={"cid": cid}).to_arrow_table()
@@ -177,14 +182,37 @@ def test_a_conversation_loads_from_its_own_part_with_the_views_rows_and_types(tm
         assert [r["turn_idx"] for r in s.turns("c1")] == list(range(12))
         ids, vecs = s.embeddings("records", "c1")
         assert len(ids) == 8 and vecs.shape == (8, DIM)
+        records_by_view = _records_by_view(s, "c1")
+        turns_by_view = s.con.sql("SELECT * EXCLUDE (embedding) FROM turns WHERE conversation_id = 'c1' ORDER BY turn_idx").to_arrow_table()
     first = min(load_commits(pafs.LocalFileSystem(), out), key=lambda c: c["committed_at"])
     with open_store(out, cfg) as s:
         for info in first["files"].values():
             os.remove(os.path.join(out, info["path"]))
         assert len(LoadedConversation.load(s, "c1").records.ids) == 8
         assert len(s.records("c1")) == 8
+        # Memory.records (with the validity its links give) and Memory.turns read the own part too
+        assert select_records(s, "c1").to_pylist() == records_by_view
+        assert select_turns(s, "c1").to_pylist() == turns_by_view.select(list(TURN_COLUMNS)).to_pylist()
+        assert [t["turn_idx"] for t in select_turns(s, "c1", ["D1:3", "D1:1", "nope"]).to_pylist()] == [1, 3]
         with pytest.raises(Exception):  # the view over every part does need the removed ones
             s.sql("SELECT count(*) FROM turns")
+        # A table the newest commit wrote no file of holds none of the conversation's rows: read
+        # as empty, not through the view (whose parts are gone here).
+        for commit in load_commits(pafs.LocalFileSystem(), out):
+            if commit["batch_id"] != quiet_batch:
+                for info in commit["files"].values():
+                    if os.path.exists(os.path.join(out, info["path"])):
+                        os.remove(os.path.join(out, info["path"]))
+        assert s.conversation_arrow("record_links", "c4").num_rows == 0
+        assert s.conversation_arrow("errors", "c4").num_rows == 0
+        assert select_records(s, "c4").column("superseded_by").null_count == 8
+
+
+def _records_by_view(s, cid: str) -> list[dict]:
+    """Memory.records' rows as the views over every part give them."""
+    columns = ", ".join([*(f'r."{c}"' for c in RECORD_COLUMNS), *(f'v."{c}"' for c in VALIDITY_COLUMNS)])
+    return s.con.sql(f"SELECT {columns} FROM records r JOIN record_validity v USING (conversation_id, record_id) "
+                     "WHERE r.conversation_id = $cid ORDER BY r.segment_id, r.record_id", params={"cid": cid}).to_arrow_table().to_pylist()
 
 
 def test_the_planners_entity_names_are_the_conversations_entity_nodes_most_linked_first(store):
@@ -276,6 +304,10 @@ def test_non_local_filesystem_path(tmp_path):
         q = CONVS["c1"].record_embeddings[3][None, :]
         assert conv.records.ids[conv.records.top(conv.records.cosine(q)[0], 1)[0]] == "c1:r03"
         assert conv.turns.ids[conv.bm25("quillmoor", 3)[0]] == "D2:7"
+        # two remote parts (records, record_links) registered side by side in one query
+        assert select_records(s, "c1").to_pylist() == _records_by_view(s, "c1")
+        assert select_records(s, "c1", current_only=True).num_rows == 7
+        assert select_turns(s, "c2", ["D2:7"]).column("text").to_pylist() == [CONVS["c2"].turns[7].text]
     assert finalize_manifest("bucket/store", filesystem=fs)["counts"]["turns"] == 24
 
 

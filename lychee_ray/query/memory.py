@@ -54,7 +54,7 @@ from lychee_ray.query.engine import QueryEngine
 from lychee_ray.query.evidence import Evidence
 from lychee_ray.schemas import QueryPlan
 from lychee_ray.store.manifest import StoreError
-from lychee_ray.store.reader import Store, open_store
+from lychee_ray.store.reader import Store, open_store, validity_select
 from lychee_ray.tables import RECORD_TYPES, Record, Turn
 
 # What `records()` and `turns()` return: the columns queries expose (`tables`), no embedding;
@@ -320,29 +320,31 @@ def select_records(store: Store, conversation_id: str, type: str | None = None, 
     if windowed:  # the window rule of retrieval, over the conversation retrieval loads
         conv = cache_for(store).get(store, conversation_id)
         in_window = [conv.records.ids[i] for i in conv.records_in_window(start, end)]
-    params = {"cid": conversation_id, "type": type, "windowed": windowed, "ids": in_window or [""], "current": bool(current_only)}
+    params = {"type": type, "windowed": windowed, "ids": in_window or [""], "current": bool(current_only)}
     columns = ", ".join([*(f'r."{c}"' for c in RECORD_COLUMNS), *(f'v."{c}"' for c in VALIDITY_COLUMNS)])
-    query = f"""
-        SELECT {columns} FROM records r
-        JOIN record_validity v ON v.conversation_id = r.conversation_id AND v.record_id = r.record_id
+
+    def query(src: dict[str, str]) -> str:
+        return f"""
+        SELECT {columns} FROM {src["records"]} r
+        JOIN ({validity_select(src["records"], src["record_links"])}) v
+          ON v.conversation_id = r.conversation_id AND v.record_id = r.record_id
         WHERE r.conversation_id = $cid AND v.conversation_id = $cid
           AND ($type::VARCHAR IS NULL OR r.type = $type::VARCHAR)
           AND (NOT $windowed OR list_contains($ids, r.record_id))
           AND (NOT $current OR v.superseded_by IS NULL)
         ORDER BY r.segment_id, r.record_id
-    """
-    return store.con.sql(query, params=params).to_arrow_table()
+        """
+
+    # The conversation's own parts, not the views over every part (store/reader.py says why).
+    sources = {"records": [*RECORD_COLUMNS, "stated_at"], "record_links": ["record_id", "other_record_id", "kind", "stated_at"]}
+    return store.conversation_query(conversation_id, sources, query, params)
 
 
 def select_turns(store: Store, conversation_id: str, turn_ids: Sequence[str] | None = None) -> pa.Table:
-    columns = ", ".join(f't."{c}"' for c in TURN_COLUMNS)
-    params: dict = {"cid": conversation_id}
-    only = ""
-    if turn_ids is not None:
-        only = " AND list_contains($tids, t.turn_id)"
-        params["tids"] = [str(t) for t in turn_ids] or [""]
-    query = f"SELECT {columns} FROM turns t WHERE t.conversation_id = $cid{only} ORDER BY t.turn_idx"
-    return store.con.sql(query, params=params).to_arrow_table()
+    turns = store.conversation_arrow("turns", conversation_id, TURN_COLUMNS, order_by=["turn_idx"])
+    if turn_ids is None:
+        return turns
+    return turns.filter(pc.is_in(turns.column("turn_id"), pa.array([str(t) for t in turn_ids], pa.string())))
 
 
 def unknown_conversation(conversation_id: str, store_dir: str, known_ids: list[str]) -> str:

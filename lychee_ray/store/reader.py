@@ -22,8 +22,8 @@ extension cannot be installed here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 
 import duckdb
 import numpy as np
@@ -135,27 +135,49 @@ class Store:
                 query = f"SELECT {select} FROM {source} x WHERE {self._conv_eq('x')}{order}"
             return self._cur.sql(query, params={"cid": conversation_id, **params}).to_arrow_table()
 
+    def conversation_query(self, conversation_id: str, columns: dict[str, Sequence[str]],
+                           query: Callable[[dict[str, str]], str], params: dict | None = None) -> pa.Table:
+        """Arrow result of `query(sources)` over one conversation's rows of several tables: `columns`
+        names the columns each table must offer, `sources` maps each table to what to select them
+        from (its owned part, as `_conversation_source` reads it). `$cid` is bound to the id."""
+        for table, cols in columns.items():
+            self._check_table(table, self._cols)
+            for col in cols:
+                if col not in self._cols[table]:
+                    raise ValueError(f"{table} has no column {col!r}")
+        bound = {"cid": conversation_id, **(params or {})}
+        with ExitStack() as stack:
+            sources = {}
+            for table, cols in columns.items():
+                sources[table], more = stack.enter_context(self._conversation_source(table, conversation_id, cols))
+                bound.update(more)
+            return self._cur.sql(query(sources), params=bound).to_arrow_table()
+
     @contextmanager
     def _conversation_source(self, table: str, conversation_id: str, columns: Sequence[str]) -> Iterator[tuple[str, dict]]:
         """(what to select one conversation's rows of `table` from, its parameters): the one part
-        its newest commit wrote (`Committed.owned_part`), typed as the view types it; else the view.
+        its newest commit wrote (`Committed.owned_part`), typed as the view types it; nothing when
+        that commit wrote no file of the table (the conversation has no rows there); else the view.
 
         The view opens every part's footer: on a store of 100,000 short chats (1,563 parts per
         table) a conversation's first question took over a second and grew with the store; the
         owned part is one file whatever the store's size (benchmarks/bench_scale.py measures both)."""
-        part = self._committed.owned_part(table, conversation_id)
-        if part is None or self._fs is None:
+        if conversation_id not in self._committed.owner or self._fs is None:
             yield table, {}
             return
+        part = self._committed.owned_part(table, conversation_id)
         schema = self._schemas[table]
         wanted = list(dict.fromkeys(["conversation_id", *columns]))
         typed = ", ".join(_view_column(schema.field(c)) for c in wanted)
-        path = join_path(self._base, part)
-        if is_local(self._fs):
-            yield f"(SELECT {typed} FROM read_parquet($part))", {"part": path}
+        if part is not None and is_local(self._fs):
+            key = f"{table}_part"  # one name per table: a query may read several parts
+            yield f"(SELECT {typed} FROM read_parquet(${key}))", {key: join_path(self._base, part)}
             return
-        # No httpfs offline: a remote part comes through pyarrow on the store's own filesystem.
-        data = pq.read_table(path, filesystem=self._fs, columns=wanted, filters=pc.field("conversation_id") == conversation_id)
+        if part is None:
+            data = schema.empty_table().select(wanted)
+        else:  # no httpfs offline: a remote part comes through pyarrow on the store's own filesystem
+            data = pq.read_table(join_path(self._base, part), filesystem=self._fs, columns=wanted,
+                                 filters=pc.field("conversation_id") == conversation_id)
         name = f"_owned_{table}"
         self._cur.register(name, data)
         try:
@@ -287,23 +309,28 @@ def open_store(path: str, cfg: LycheeConfig | None = None, *,
 # was said; superseded by the successor said first (ties: lowest id), and valid until that day;
 # `conflicts_with` holds the records it contradicts or that contradict it. query/validity.py
 # derives the same for a loaded conversation (tests/test_links.py checks they agree).
-RECORD_VALIDITY_VIEW = """
-CREATE OR REPLACE VIEW record_validity AS
+def validity_select(records: str, links: str) -> str:
+    """The validity query over a records source and a record_links source (view names, or one
+    conversation's parts, as `Memory.records` reads them)."""
+    return f"""
 WITH sup AS (
     SELECT conversation_id, other_record_id AS record_id,
            first(record_id ORDER BY stated_at ASC NULLS LAST, record_id) AS superseded_by,
            first(stated_at ORDER BY stated_at ASC NULLS LAST, record_id) AS valid_until
-    FROM record_links WHERE kind = 'supersedes'
+    FROM {links} WHERE kind = 'supersedes'
     GROUP BY conversation_id, other_record_id
 ), pairs AS (
-    SELECT conversation_id, record_id, other_record_id AS other FROM record_links WHERE kind = 'contradicts'
-    UNION SELECT conversation_id, other_record_id, record_id FROM record_links WHERE kind = 'contradicts'
+    SELECT conversation_id, record_id, other_record_id AS other FROM {links} WHERE kind = 'contradicts'
+    UNION SELECT conversation_id, other_record_id, record_id FROM {links} WHERE kind = 'contradicts'
 ), con AS (
     SELECT conversation_id, record_id, list(other ORDER BY other) AS conflicts_with FROM pairs GROUP BY conversation_id, record_id
 )
 SELECT r.conversation_id, r.record_id, r.stated_at AS valid_from, s.valid_until, s.superseded_by,
        coalesce(c.conflicts_with, []::VARCHAR[]) AS conflicts_with
-FROM records r
+FROM {records} r
 LEFT JOIN sup s ON s.conversation_id = r.conversation_id AND s.record_id = r.record_id
 LEFT JOIN con c ON c.conversation_id = r.conversation_id AND c.record_id = r.record_id
 """
+
+
+RECORD_VALIDITY_VIEW = f"CREATE OR REPLACE VIEW record_validity AS {validity_select('records', 'record_links')}"
