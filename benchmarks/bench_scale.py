@@ -21,7 +21,8 @@ What each size gets:
   (seed 0): cold = a conversation's first question (its rows are loaded), warm = a second,
   different question of it right after; p50 and p95 in ms. The same again with every load
   through the views over all parts (`_view_scan`: how reads went before a conversation's load
-  took its own part), side by side in the same run.
+  took its own part), side by side in the same run; and `Memory.records` + `Memory.turns` of a
+  conversation (p50/p95 ms), both ways.
 - evaluate: `lychee-ray evaluate` (child process, default config) on a fixed sample of
   `--eval-questions` questions (the first ones of conversations drawn with seed 0): questions/s
   over the command's whole wall time (Ray start and model loads included, the same at every size).
@@ -56,8 +57,7 @@ from lychee_ray.config import LycheeConfig, load_config
 from lychee_ray.plots import line_chart, markdown_table
 from lychee_ray.query.memory import Memory
 from lychee_ray.runtime.pipeline import WorkBatches
-from lychee_ray.store.manifest import Committed
-from lychee_ray.store.reader import open_store
+from lychee_ray.store.reader import Store, open_store
 from lychee_ray.store.writer import StoreWriter, prepare_output
 from lychee_ray.synth import SynthParams, write_archive
 from lychee_ray.tables import INGEST_TABLES
@@ -237,11 +237,30 @@ def search_latency(store: Path, cfg: LycheeConfig, bank: dict[str, list[dict]], 
     return {"cold_p50_ms": c50, "cold_p95_ms": c95, "warm_p50_ms": w50, "warm_p95_ms": w95}
 
 
+def records_latency(store: Path, cfg: LycheeConfig, n_convs: int) -> dict:
+    """`Memory.records` (with validity) plus `Memory.turns` of one conversation, as an
+    application browsing a memory calls them: p50/p95 ms over the drawn conversations."""
+    with Memory.open(str(store), cfg) as memory:
+        ids = memory.conversations()
+        memory.records(ids[0]), memory.turns(ids[0])  # first-call costs, not counted
+        ms = []
+        for cid in [c for c in draw(ids, n_convs) if c != ids[0]]:
+            t0 = time.perf_counter()
+            memory.records(cid), memory.turns(cid)
+            ms.append((time.perf_counter() - t0) * 1000)
+    p50, p95 = percentiles(ms)
+    return {"records_p50_ms": p50, "records_p95_ms": p95}
+
+
 @contextmanager
 def view_scans():
     """Every conversation load through the views over all parts, as reads went before a load
     took the one part its newest commit wrote: the side-by-side baseline of the cold figures."""
-    with mock.patch.object(Committed, "owned_part", lambda self, table, conversation_id: None):
+    @contextmanager
+    def through_the_view(self, table, conversation_id, columns):
+        yield table, {}
+
+    with mock.patch.object(Store, "_conversation_source", through_the_view):
         yield
 
 
@@ -271,8 +290,10 @@ def measure_size(n: int, built: dict, args, cfg: LycheeConfig, bank: dict, work:
     row.update(store_shape(store))
     row["open_s"] = open_seconds(store, cfg)
     row.update(search_latency(store, cfg, bank, args.search_conversations))
+    row.update(records_latency(store, cfg, args.search_conversations))
     with view_scans():
         row.update({f"{k}_view_scan": v for k, v in search_latency(store, cfg, bank, args.search_conversations).items()})
+        row.update({f"{k}_view_scan": v for k, v in records_latency(store, cfg, args.search_conversations).items()})
     if args.eval_questions:
         row.update(eval_rate(store, bank, args.eval_questions, args.sets, work))
     if args.compact:
@@ -291,7 +312,7 @@ def measure_size(n: int, built: dict, args, cfg: LycheeConfig, bank: dict, work:
 COLUMNS = ["size", "built", "turns", "turns_per_s", "driver_rss_mb", "worker_rss_mb", "files_max", "commits", "store_mb", "open_s",
            "cold_p50_ms", "cold_p95_ms", "warm_p50_ms", "warm_p95_ms", "eval_qps"]
 VIEW_COLUMNS = ["size", "cold_p50_ms", "cold_p95_ms", "cold_p50_ms_view_scan", "cold_p95_ms_view_scan", "warm_p95_ms",
-                "warm_p95_ms_view_scan"]
+                "warm_p95_ms_view_scan", "records_p95_ms", "records_p95_ms_view_scan"]
 COMPACT_COLUMNS = ["size", "compact_s", "files_max_compacted", "open_s_compacted", "cold_p95_ms_compacted", "warm_p95_ms_compacted"]
 PLOTS = {"turns_per_s": "ingest turns/s", "driver_rss_mb": "driver peak RSS (MB)", "worker_rss_mb": "largest worker peak RSS (MB)",
          "files_max": "Parquet parts per table", "store_mb": "store size (MB)", "open_s": "Memory.open (s)",
