@@ -107,7 +107,8 @@ class Committed:
     def owned_part(self, table: str, conversation_id: str) -> str | None:
         """The one part of `table` that holds every visible row of the conversation: its newest
         commit wrote the whole conversation again (ingest, a grown conversation, compaction), and
-        a file is hidden only for conversations a later commit owns. None: not committed."""
+        a file is hidden only for conversations a later commit owns. None: not committed, or its
+        newest commit wrote no file of `table` (empty tables get none), so it has no rows there."""
         batch = self.owner.get(conversation_id)
         return self.batch_files.get(batch, {}).get(table) if batch is not None else None
 
