@@ -53,7 +53,8 @@ json_values = st.recursive(
 good_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40).filter(str.strip)
 junk_turn = st.one_of(
     st.text(max_size=8), st.integers(), st.lists(st.integers(), max_size=3), st.just({}),
-    st.builds(lambda v: {"role": "user", "content": v}, st.one_of(st.integers(), st.none(), st.just("  "), st.lists(st.text(max_size=3), max_size=2))),
+    # A list of strings is content parts (read as their text): junk only when every part is blank.
+    st.builds(lambda v: {"role": "user", "content": v}, st.one_of(st.integers(), st.none(), st.just("  "), st.lists(st.sampled_from(["", " ", "\t\n"]), max_size=2))),
     st.just(DEEP_MARK),
 )  # fmt: skip
 
