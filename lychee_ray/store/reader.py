@@ -103,6 +103,13 @@ class Store:
     def _select(self, table: str, alias: str) -> str:
         return ", ".join(f'{alias}."{c}"' for c in self._cols[table])
 
+    def _check_columns(self, table: str, columns: Sequence[str]) -> None:
+        """Only this module's own names are formatted into SQL: unknown tables or columns raise."""
+        self._check_table(table, self._cols)
+        for col in columns:
+            if col not in self._cols[table]:
+                raise ValueError(f"{table} has no column {col!r}")
+
     @staticmethod
     def _check_table(table: str, allowed: dict) -> str:
         if table not in allowed:
@@ -120,11 +127,8 @@ class Store:
         """One conversation's rows of `table` as Arrow, with the view's types (FLOAT[d], DATE,
         TIMESTAMP), ordered by `order_by` (or, `in_stored_order`, as the rows were written);
         column names are checked, the id is bound."""
-        self._check_table(table, self._cols)
         cols = list(columns) if columns is not None else self._cols[table]
-        for col in [*cols, *order_by]:
-            if col not in self._cols[table]:
-                raise ValueError(f"{table} has no column {col!r}")
+        self._check_columns(table, [*cols, *order_by])
         select = ", ".join(f'x."{c}"' for c in cols)
         with self._conversation_source(table, conversation_id, [*cols, *order_by]) as (source, params):
             if in_stored_order:
@@ -141,10 +145,7 @@ class Store:
         names the columns each table must offer, `sources` maps each table to what to select them
         from (its owned part, as `_conversation_source` reads it). `$cid` is bound to the id."""
         for table, cols in columns.items():
-            self._check_table(table, self._cols)
-            for col in cols:
-                if col not in self._cols[table]:
-                    raise ValueError(f"{table} has no column {col!r}")
+            self._check_columns(table, cols)
         bound = {"cid": conversation_id, **(params or {})}
         with ExitStack() as stack:
             sources = {}
