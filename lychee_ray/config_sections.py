@@ -323,7 +323,7 @@ class RerankConfig(_Section):
 class RetrievalConfig(_Section):
     # The channels that run (lychee_ray/query/channels.py registers them; an unknown name is
     # refused when the query engine is built). "turn" is turn_vector + turn_bm25.
-    channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn", "speaker"])
+    channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn", "speaker", "neighbor"])
     # Leave the conversation's speakers' names out of the query vectors' text: turns never name
     # their own speaker and records name both everywhere, so the name only adds noise
     # (query/focus.py); BM25 and the node channel still see it.
@@ -343,6 +343,11 @@ class RetrievalConfig(_Section):
     # and they cost about a sixth of a line, so off they buy more evidence per budget
     evidence_sources: bool = False
     max_node_matches: int = 8  # nodes matched per route in node expansion
+    # The neighbor channel (query/channels.py) starts from this many of a route's best turns by
+    # vector. 5 seeds and span 2 were chosen on the LoCoMo tune part over 3, 10 and 20 seeds and
+    # span 1, on recall at 1,500 and 250 tokens together (benchmarks/dev_recall.py).
+    neighbor_seeds: int = Field(5, ge=1)
+    neighbor_span: int = Field(2, ge=1)  # how many turns either side of a seed, same session, it ranks
     # filter: a route's time window restricts every channel to in-window records/turns (a window
     # that holds nothing is ignored); channel: the window only adds the time channel (ablation)
     time_routes: Literal["filter", "channel"] = "filter"

@@ -8,7 +8,17 @@ import numpy as np
 import pytest
 
 from lychee_ray.config_sections import RetrievalConfig
-from lychee_ray.query.channels import CHANNEL_GROUPS, CHANNELS, Channel, RouteQuery, WindowScope, channels_for, register
+from lychee_ray.query.channels import (
+    CHANNEL_GROUPS,
+    CHANNELS,
+    Channel,
+    NeighborChannel,
+    RouteQuery,
+    WindowScope,
+    adjacent_turns,
+    channels_for,
+    register,
+)
 from lychee_ray.query.conversation import LoadedConversation, cache_for
 from lychee_ray.query.evidence import TURN_PREFIX, CandidatePool
 from lychee_ray.query.retrieve import Retriever
@@ -135,7 +145,7 @@ def test_channels_rank_what_each_promises(store):
     q = route_query(conv, route, qv)
     by_name = {ch.name: ch for ch in channels_for(cfg)}
     # "turn" and "speaker" name two each
-    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record"]
+    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record", "neighbor"]
     pool = CandidatePool(conv)
     # the route names no speaker of c1 ("A", "B"): the speaker channels have nothing to rank
     assert by_name["speaker_turn"].rank(q, pool) == [] == by_name["speaker_record"].rank(q, pool)
@@ -157,6 +167,30 @@ def test_channels_rank_what_each_promises(store):
     # turn 11 is long: its hits are its passages (D2:11#0, D2:11#1), never the whole turn
     in_june = {"c1:r06", "c1:r07", *(TURN_PREFIX + f"D2:{i}" for i in (6, 10)), TURN_PREFIX + "D2:11#0", TURN_PREFIX + "D2:11#1"}
     assert turn_keys and set(turn_keys) <= in_june and TURN_PREFIX + "D2:11" not in turn_keys
+
+
+def test_the_neighbor_channel_gives_the_turns_beside_the_best_one_within_its_session(store):
+    conv = load(store, "c1")  # turns 0-5 in session s1, 6-11 in s2; record r<i> cites turn i, r06 turns 8-9
+    route = Route(goal="x", search_terms=[], entities=[], topics=[], time_window=None)
+
+    def neighbors(turn: int, **cfg) -> list[str]:
+        q = route_query(conv, route, CONVS["c1"].turn_embeddings[turn])  # the seed is that turn
+        return NeighborChannel(RetrievalConfig(neighbor_seeds=1, **cfg)).rank(q, CandidatePool(conv))
+
+    # turn 5 ends session s1: 6 and 7 are past the boundary; the later neighbour before the earlier
+    assert neighbors(5, neighbor_span=2) == ["c1:r04", "c1:r03"]
+    # turn 7: turn 8's record, then turn 6, which no record cites, as the raw turn
+    assert neighbors(7, neighbor_span=1) == ["c1:r06", TURN_PREFIX + "D2:6"]
+    assert neighbors(7, neighbor_span=2) == ["c1:r06", TURN_PREFIX + "D2:6"]  # r06 also cites turn 9: once
+
+
+def test_adjacent_turns_stay_in_the_seeds_session_nearest_first_each_once():
+    sessions = ["a"] * 4 + ["b"] * 4
+    assert adjacent_turns([1], sessions, 1) == [2, 0]
+    assert adjacent_turns([3], sessions, 2) == [2, 1]  # 4 and 5 are session b
+    assert adjacent_turns([5, 6], sessions, 1) == [4, 7]  # a seed is never its neighbour's neighbour
+    assert adjacent_turns([0, 2], sessions, 1) == [1, 3]  # turn 1 once, for the first seed
+    assert adjacent_turns([], sessions, 3) == []
 
 
 def test_an_unknown_channel_is_one_sentence_and_a_new_one_is_a_unit(store):
