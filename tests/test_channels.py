@@ -173,8 +173,8 @@ def test_the_neighbor_channel_gives_the_turns_beside_the_best_one_within_its_ses
     conv = load(store, "c1")  # turns 0-5 in session s1, 6-11 in s2; record r<i> cites turn i, r06 turns 8-9
     route = Route(goal="x", search_terms=[], entities=[], topics=[], time_window=None)
 
-    def neighbors(turn: int, **cfg) -> list[str]:
-        q = route_query(conv, route, CONVS["c1"].turn_embeddings[turn])  # the seed is that turn
+    def neighbors(turn: int, scope=None, **cfg) -> list[str]:
+        q = route_query(conv, route, CONVS["c1"].turn_embeddings[turn], scope)  # the seed is that turn
         return NeighborChannel(RetrievalConfig(neighbor_seeds=1, **cfg)).rank(q, CandidatePool(conv))
 
     # turn 5 ends session s1: 6 and 7 are past the boundary; the later neighbour before the earlier
@@ -182,6 +182,9 @@ def test_the_neighbor_channel_gives_the_turns_beside_the_best_one_within_its_ses
     # turn 7: turn 8's record, then turn 6, which no record cites, as the raw turn
     assert neighbors(7, neighbor_span=1) == ["c1:r06", TURN_PREFIX + "D2:6"]
     assert neighbors(7, neighbor_span=2) == ["c1:r06", TURN_PREFIX + "D2:6"]  # r06 also cites turn 9: once
+    # under a time window a neighbour said outside it is left out
+    outside_6 = np.arange(conv.turns.n) != 6
+    assert neighbors(7, WindowScope(np.ones(conv.records.n, bool), outside_6), neighbor_span=1) == ["c1:r06"]
 
 
 def test_adjacent_turns_stay_in_the_seeds_session_nearest_first_each_once():

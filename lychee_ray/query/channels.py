@@ -189,16 +189,15 @@ def tables_read(channels: Iterable[Channel]) -> list[str]:
     return list(dict.fromkeys(t for ch in channels for t in ch.tables))
 
 
-
 @register
 class NeighborChannel(Channel):
     """The turns said next to the route's best turns: within `neighbor_span` turns of each of
     the `neighbor_seeds` best turn documents by vector, in the same session, nearest seed first.
 
     Why: on the LoCoMo tune part most gold turns that no channel ranked had a neighbour that
-    one did. The fact sits in the reply or the line after ("we went camping"), while the
-    question's words are in the turn before it ("what do you do with the kids?"), so neither
-    the vector nor BM25 reaches it.
+    one did. The fact sits in the reply or the line after ("the red one, in the end"), while
+    the question's words are in the turn before it ("which bike did you buy?"), so neither the
+    vector nor BM25 reaches it. Under a time window only in-window turns and records count.
     """
 
     name = "neighbor"
@@ -209,6 +208,8 @@ class NeighborChannel(Channel):
         hits = conv.docs.top(q.sims["docs"], self.cfg.neighbor_seeds, q.scope.turns if q.scope else None)
         seeds = list(dict.fromkeys(int(conv.docs.turn_of[d]) for d in hits))
         near = adjacent_turns(seeds, conv.turns.cols["session_id"], self.cfg.neighbor_span)
+        if q.scope:
+            near = [t for t in near if q.scope.turns[t]]
         in_scope = q.scope.records if q.scope else None
         keys: list[str] = []
         for t in near:
