@@ -145,7 +145,7 @@ def test_channels_rank_what_each_promises(store):
     q = route_query(conv, route, qv)
     by_name = {ch.name: ch for ch in channels_for(cfg)}
     # "turn" and "speaker" name two each
-    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record", "neighbor"]
+    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record"]
     pool = CandidatePool(conv)
     # the route names no speaker of c1 ("A", "B"): the speaker channels have nothing to rank
     assert by_name["speaker_turn"].rank(q, pool) == [] == by_name["speaker_record"].rank(q, pool)
@@ -172,6 +172,8 @@ def test_channels_rank_what_each_promises(store):
 def test_the_neighbor_channel_gives_the_turns_beside_the_best_one_within_its_session(store):
     conv = load(store, "c1")  # turns 0-5 in session s1, 6-11 in s2; record r<i> cites turn i, r06 turns 8-9
     route = Route(goal="x", search_terms=[], entities=[], topics=[], time_window=None)
+    assert "neighbor" not in [ch.name for ch in channels_for(RetrievalConfig())]  # off by default
+    assert [ch.name for ch in channels_for(RetrievalConfig(channels=["record_vector", "neighbor"]))] == ["record_vector", "neighbor"]
 
     def neighbors(turn: int, scope=None, **cfg) -> list[str]:
         q = route_query(conv, route, CONVS["c1"].turn_embeddings[turn], scope)  # the seed is that turn

@@ -21,8 +21,9 @@ The built-in ones (DESIGN.md step 6):
   speakers, the turns that speaker said (and the records citing them) by vector: a second
   ranking within what that person said, where the answer nearly always is (focus.py). "speaker"
   names both; a route naming no speaker, or two, gets nothing from them.
-- neighbor: the turns beside the route's best turns in their session (and the records citing
-  them), where the fact often is when the question's words are in the turn before it.
+- neighbor (off by default): the turns beside the route's best turns in their session (or the
+  records citing them), where the fact often is when the question's words are in the turn
+  before it.
 """
 
 from __future__ import annotations
