@@ -211,12 +211,7 @@ class NeighborChannel(Channel):
         near = adjacent_turns(seeds, conv.turns.cols["session_id"], self.cfg.neighbor_span)
         if q.scope:
             near = [t for t in near if q.scope.turns[t]]
-        in_scope = q.scope.records if q.scope else None
-        keys: list[str] = []
-        for t in near:
-            records = [i for i in conv.covering(conv.turns.ids[t]) if in_scope is None or in_scope[i]]
-            keys.extend(pool.add_records(records) if records else pool.add_turns([t]))
-        return list(dict.fromkeys(keys))[: q.k]
+        return pool.add_turn_evidence(near, q.scope.records if q.scope else None)[: q.k]
 
 
 def adjacent_turns(seeds: list[int], sessions: list[str], span: int) -> list[int]:

@@ -137,7 +137,19 @@ class CandidatePool(dict):
         evidence (the passage that was hit, for a long turn), so nothing said is unreachable."""
         keys: list[str] = []
         for d in positions:
-            tid = self.conv.turns.ids[self.conv.docs.turn_of[d]]
-            recs = [i for i in self.conv.covering(tid) if in_scope is None or in_scope[i]]
+            recs = self._citing(int(self.conv.docs.turn_of[d]), in_scope)
             keys.extend(self.add_records(recs) if recs else self.add_docs([d]))
         return list(dict.fromkeys(keys))
+
+    def add_turn_evidence(self, turns: list[int], in_scope: np.ndarray | None = None) -> list[str]:
+        """Turns (positions) -> the records citing each, as `add_turn_hits` maps a hit; a turn no
+        such record cites comes as the whole raw turn."""
+        keys: list[str] = []
+        for t in turns:
+            recs = self._citing(t, in_scope)
+            keys.extend(self.add_records(recs) if recs else self.add_turns([t]))
+        return list(dict.fromkeys(keys))
+
+    def _citing(self, turn: int, in_scope: np.ndarray | None) -> list[int]:
+        """The records citing the turn at position `turn` (only those in `in_scope`, when given)."""
+        return [i for i in self.conv.covering(self.conv.turns.ids[turn]) if in_scope is None or in_scope[i]]
