@@ -25,6 +25,7 @@ model's judgement). BEAM 100K is read at run time from --beam (never copied); in
 folders takes hours on a small shared machine, so --folders picks a subset and the report names it.
 
     python -m benchmarks.bench_links_beam --folders 1,2,3,4 [--llm] [--out DIR]
+    python -m benchmarks.bench_links_beam --store DIR   # a store already built, e.g. beam_recall's
 
 Prints the figures and writes them to benchmarks/results/links_beam.json.
 """
@@ -125,7 +126,20 @@ def link_counts(store_dir: Path, cfg) -> dict:
     return {"records": records, "links": {f"{r['kind']}/{r['found_by']}": r["n"] for r in rows}}
 
 
+def run_on_store(args) -> dict:
+    """The measure on a store already built (e.g. `beam_recall`'s whole bucket), no ingest: its
+    rules-backend links as they were written."""
+    store_dir, cfg = Path(args.store), config()
+    embedder = Embedder(cfg.embedding)
+    with open_store(str(store_dir), cfg) as store:
+        convs = [r["conversation_id"] for r in store.sql("SELECT DISTINCT conversation_id FROM conversations ORDER BY 1")]
+    return {"store": str(store_dir), "conversations": convs,
+            "rules": {**link_counts(store_dir, cfg), **measure(store_dir, [], embedder)}}
+
+
 def run(args) -> dict:
+    if args.store:
+        return run_on_store(args)
     work = Path(args.out or tempfile.mkdtemp(prefix="bench-links-beam-"))
     folders = [f.strip() for f in args.folders.split(",") if f.strip()]
     embedder = Embedder(config().embedding)
@@ -160,6 +174,7 @@ def main(argv=None) -> dict:
     p.add_argument("--beam", default=str(BEAM), help="the BEAM 100K folder (read only)")
     p.add_argument("--llm", action="store_true", help="also ingest through the fake OpenAI server")
     p.add_argument("--out", default=None)
+    p.add_argument("--store", default=None, help="measure this existing store instead of ingesting --folders (--llm ignored)")
     args = p.parse_args(argv)
     report = run(args)
     RESULTS.mkdir(parents=True, exist_ok=True)
