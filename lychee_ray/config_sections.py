@@ -324,9 +324,11 @@ class RetrievalConfig(_Section):
     # The channels that run (lychee_ray/query/channels.py registers them; an unknown name is
     # refused when the query engine is built). "turn" is turn_vector + turn_bm25. "neighbor" is
     # off by default: on LoCoMo dev it adds 2 points of recall (0.840 to 0.860 on the check
-    # part), on BEAM 100K it takes 0.7 off (0.551 to 0.544), and user-assistant archives like
-    # BEAM's are what most users have.
-    channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn", "speaker"])
+    # part), on BEAM 100K it takes 1.3 off (0.586 to 0.573), and user-assistant archives like
+    # BEAM's are what most users have. "standing" ranks the preference and constraint records
+    # alone (standing instructions among them), which the other channels bury under the
+    # subject's other records.
+    channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn", "speaker", "standing"])
     # Leave the conversation's speakers' names out of the query vectors' text: turns never name
     # their own speaker and records name both everywhere, so the name only adds noise
     # (query/focus.py); BM25 and the node channel still see it.

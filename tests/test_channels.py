@@ -14,6 +14,7 @@ from lychee_ray.query.channels import (
     Channel,
     NeighborChannel,
     RouteQuery,
+    StandingChannel,
     WindowScope,
     adjacent_turns,
     channels_for,
@@ -145,7 +146,7 @@ def test_channels_rank_what_each_promises(store):
     q = route_query(conv, route, qv)
     by_name = {ch.name: ch for ch in channels_for(cfg)}
     # "turn" and "speaker" name two each
-    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record"]
+    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record", "standing"]
     pool = CandidatePool(conv)
     # the route names no speaker of c1 ("A", "B"): the speaker channels have nothing to rank
     assert by_name["speaker_turn"].rank(q, pool) == [] == by_name["speaker_record"].rank(q, pool)
@@ -187,6 +188,44 @@ def test_the_neighbor_channel_gives_the_turns_beside_the_best_one_within_its_ses
     # under a time window a neighbour said outside it is left out
     outside_6 = np.arange(conv.turns.n) != 6
     assert neighbors(7, WindowScope(np.ones(conv.records.n, bool), outside_6), neighbor_span=1) == ["c1:r06"]
+
+
+def test_the_standing_channel_ranks_preferences_and_constraints_for_a_request_in_the_askers_voice(store):
+    conv = load(store, "c1")  # r03 is a preference, r05 a constraint, the rest facts
+    assert conv.standing_records.tolist() == [i in (3, 5) for i in range(conv.records.n)]
+    channel = StandingChannel(RetrievalConfig())
+
+    def standing(goal: str, toward: int, scope=None) -> list[str]:
+        route = Route(goal=goal, search_terms=[], entities=[], topics=[], time_window=None)
+        return channel.rank(route_query(conv, route, CONVS["c1"].record_embeddings[toward], scope), CandidatePool(conv))
+
+    # only the two, nearest the query vector first, whatever the facts score
+    assert standing("what should I try next?", 5) == ["c1:r05", "c1:r03"]
+    assert standing("can you suggest something for my weekend?", 3) == ["c1:r03", "c1:r05"]
+    # a question about someone else, in the third person, is for the facts: nothing here
+    assert standing("what does Ysolde like?", 3) == []
+    assert standing("where is the island?", 5) == []  # "island" holds no "i" as a word
+    # a time scope applies as in every channel
+    only_r03 = WindowScope(np.arange(conv.records.n) == 3, np.ones(conv.turns.n, bool))
+    assert standing("what should I try next?", 5, only_r03) == ["c1:r03"]
+
+
+def test_a_standing_instruction_is_a_constraint_and_chat_that_looks_like_one_is_not():
+    from lychee_ray.rules.lexicon import STANDING_INSTRUCTION
+    from lychee_ray.rules.text import classify
+
+    for said in ("Always include the narrator when I ask about audiobooks.",
+                 "Please make sure to add type hints whenever I ask for Python code.",
+                 "Never use jargon if I ask about taxes.",
+                 "Thanks. Remember to keep it short when we talk about recipes.",
+                 "Always list the errors when the user ask about failed builds.",  # the rules encoder's rewrite
+                 "From now on, please give prices in euros."):
+        assert STANDING_INSTRUCTION.search(said), said
+        assert classify(said, False) == "constraint", said  # before the failure/procedure cues
+    for said in ("I always feel calm when I paint.", "Always a pleasure when we meet!", "Never mind, when I get home I'll call.",
+                 "Never been there when I was young.", "Always fun when we go hiking.", "In the future I want to visit Rome.",
+                 "You always know what to say when I'm down."):
+        assert not STANDING_INSTRUCTION.search(said), said
 
 
 def test_adjacent_turns_stay_in_the_seeds_session_nearest_first_each_once():

@@ -21,6 +21,9 @@ The built-in ones (DESIGN.md step 6):
   speakers, the turns that speaker said (and the records citing them) by vector: a second
   ranking within what that person said, where the answer nearly always is (focus.py). "speaker"
   names both; a route naming no speaker, or two, gets nothing from them.
+- standing: for a route in the asker's own voice ("I", "my", "you"), the preference and
+  constraint records alone (standing instructions: "always ... when I ask about ..."), which
+  govern a request on their subject yet share few words with it.
 - neighbor (off by default): the turns beside the route's best turns in their session (or the
   records citing them), where the fact often is when the question's words are in the turn
   before it.
@@ -28,6 +31,7 @@ The built-in ones (DESIGN.md step 6):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -183,6 +187,30 @@ class SpeakerRecordChannel(Channel):
         if q.said is None:
             return []
         return pool.add_records(q.conv.records.top(q.sims["records"], q.k, q.within("records", q.said.records)))
+
+
+# A request in the asker's own voice ("what should I ...", "can you suggest ...") is one that
+# standing instructions and preferences govern; a question about someone else ("what does
+# Maria like?") is answered by the facts the other channels rank, and gets nothing here.
+FIRST_OR_SECOND_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|i'm|i've|i'd|i'll|you|your|yours)\b", re.I)
+
+
+@register
+class StandingChannel(Channel):
+    """The records that say how the person wants things done or what they like and must avoid
+    (types preference and constraint: "always include the narrator when I ask about
+    audiobooks", "I'm allergic to nuts"), by vector. Why: such a record governs every later
+    question on its subject, yet it shares few words with one ("any audiobooks for me?"), and in
+    a long conversation about that subject hundreds of records outrank it on the other channels.
+    Ranked among the few records of these types, the one that applies comes first."""
+
+    name = "standing"
+    tables = ("records",)
+
+    def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
+        if not FIRST_OR_SECOND_PERSON.search(q.route.goal):
+            return []
+        return pool.add_records(q.conv.records.top(q.sims["records"], q.k, q.within("records", q.conv.standing_records)))
 
 
 def tables_read(channels: Iterable[Channel]) -> list[str]:

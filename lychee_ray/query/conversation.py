@@ -142,6 +142,9 @@ def _as_date(value, name: str) -> dt.date | None:
     return d
 
 
+STANDING_TYPES = frozenset({"preference", "constraint"})
+
+
 class LoadedConversation:
     """What retrieval reads of one conversation, in memory (see the module docstring)."""
 
@@ -162,6 +165,9 @@ class LoadedConversation:
         self.docs = TurnDocs(self.turns, passages, _vectors(passages, dim), self.bm25_index, dim)
         self._tokens: dict = {}  # (token counter, line form) -> {evidence key: tokens of its prompt line}
         self._said_by: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # the records the standing channel ranks among (channels.py): how the person wants
+        # things done, what they like and must avoid
+        self.standing_records = np.array([t in STANDING_TYPES for t in self.records.cols["type"]], dtype=bool)
 
     @classmethod
     def load(cls, store: Store, conversation_id: str) -> "LoadedConversation":

@@ -78,7 +78,23 @@ BE_HAVE_DO = {"am": "is", "are": "is", "were": "was", "have": "has", "haven't": 
                "aren't": "isn't", "weren't": "wasn't"}  # fmt: skip
 CONTRACTION = {"m": "is", "re": "is", "ve": "has", "d": "would", "ll": "will"}
 
+# A standing instruction to the assistant: an imperative that opens a sentence ("Always ...",
+# "Never ...", "Make sure to ...") and says when it applies ("... when I ask about ..."), or one
+# that says it holds from now on. It governs every later answer on its subject, so it is a
+# constraint whatever else it mentions ("always list the errors when I ask about builds" is no
+# failure report): this rule runs first. The when-clause and the word after the opener keep out
+# "Always a pleasure when we meet" and "Never mind"; a statement about oneself ("I always ...
+# when I ...") opens with no imperative.
+STANDING_INSTRUCTION = re.compile(
+    r"(?:^|[.!?;:]\s+|\n)(?:(?:please|and|also|oh|ok(?:ay)?|so),?\s+)?"
+    r"(?:(?:always|never|make sure|be sure|remember|don't forget|do not forget)\b"
+    r"(?![\s,]+(?:mind|a|an|the|been|so|such|good|great|nice|fun|happy|glad|lovely|there|here|ever)\b)"
+    r"[^.!?\n]{0,160}?\b(?:when(?:ever)?|every time|each time|any time|anytime|if)\s+(?:i|we|the user)\b"
+    r"|(?:from now on|going forward|in (?:the )?future)\b[^.!?\n]{0,160}?\b(?:always|never|please|make sure|use|include|give|keep|avoid)\b)",
+    re.I)
+
 TYPE_RULES: tuple[tuple[str, re.Pattern], ...] = (
+    ("constraint", STANDING_INSTRUCTION),
     ("failure_pattern", re.compile(
         r"\b(?:fail(?:ed|s|ing|ure)?|didn't work|did not work|doesn't work|does not work|won't work|stopped working|broke|broken"
         r"|crash(?:ed|es)?|error|went wrong|messed up|bug(?:gy)?|glitch)\b", re.I)),

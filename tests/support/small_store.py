@@ -52,13 +52,14 @@ def make_conv(cid: str, seed: int, status: str = "ok", planted: str | None = Non
     times = [("2023-05-01", "2023-05-01"), ("2023-05-20", "2023-05-27"), ("2023-06", "2023-06"),
              (None, None), (None, None), ("2022-01-03", None), (None, None), ("2023-06-10", "2023-06-10")]
     records = []
+    STANDING = {3: "preference", 5: "constraint"}  # what the standing channel ranks among
     for r, (t0, t1) in enumerate(times):
         src = [turns[r].turn_id] if r != 6 else [turns[8].turn_id, turns[9].turn_id]
         text = f"{cid} record {r} mentions {WORDS[(r + 5) % len(WORDS)]}"
         if planted and r == 4:
             text = f"Ysolde plans a trip to {planted} in August"
         records.append(Record(
-            conversation_id=cid, record_id=f"{cid}:r{r:02d}", segment_id=segments[min(r // 3, 2)].segment_id, type="fact",
+            conversation_id=cid, record_id=f"{cid}:r{r:02d}", segment_id=segments[min(r // 3, 2)].segment_id, type=STANDING.get(r, "fact"),
             text=text, entities=["Ysolde"] if r % 2 == 0 else ["Brannoc"], topics=[WORDS[r]],
             time_start=t0, time_end=t1, time_granularity="day" if t0 else "none", time_expression=None,
             source_turn_ids=src, backend="rules"))
