@@ -30,6 +30,8 @@ ENCODE_SYSTEM_PROMPT = """You turn one segment of a long conversation into long-
 Return JSON only, matching the schema.
 records: atomic, self-contained statements worth remembering later.
 - type: fact | preference | event | constraint | procedure | failure_pattern | tool_affordance.
+  A standing instruction to the assistant ("always give prices in euros when I ask about
+  travel") is a constraint; what someone likes, wants or avoids is a preference.
 - text: one statement that is understandable with no other context. Use names, never pronouns
   ("I", "you", "she", "they" become the person's name). Replace relative dates ("yesterday",
   "last week") with absolute dates computed from the turn's session date.
