@@ -1,7 +1,7 @@
 """One very long conversation end to end (issue 29): about a million tokens, rules backend and
 the LLM path through the fake server.
 
-    python -m benchmarks.bench_long_conversation [--tokens 1000000] [--latency 1.0] [--no-llm]
+    python -m benchmarks.bench_long_conversation [--tokens 1000000] [--latency 1.0] [--no-llm | --no-rules]
         [--data DIR] [--work DIR] [--set KEY=VALUE ...]
 
 The input: BEAM's development conversations (`--data`, default ../shared/data/beam/100K beside
@@ -137,11 +137,14 @@ def search_figures(store: Path, questions: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-def run_path(name: str, path: Path, work: Path, sets: list[str], questions: list[str]) -> dict:
-    store = work / f"store-{name}"
+def run_path(name: str, slug: str, path: Path, work: Path, sets: list[str], questions: list[str]) -> dict:
+    """One path end to end; `slug` names its store and log (`name`, the report's label, may hold
+    a "/"). The row is also kept as work/row-<slug>.json, so a later path's failure loses nothing."""
+    store = work / f"store-{slug}"
     print(f"bench_long_conversation: ingesting ({name}) ...", file=sys.stderr, flush=True)
-    row = {"path": name, **ingest(path, store, sets, work / f"ingest-{name}.log"), **store_figures(store)}
+    row = {"path": name, **ingest(path, store, sets, work / f"ingest-{slug}.log"), **store_figures(store)}
     row.update(search_figures(store, questions))
+    (work / f"row-{slug}.json").write_text(json.dumps(row, indent=2))
     return row
 
 
@@ -154,7 +157,7 @@ def report(rows: list[dict], source: str, tokens: int, n_turns: int, args) -> Pa
         "",
         f"- Input: {source}; one conversation of {n_turns} turns, {tokens:,} o200k tokens.",
         f"- Command: `python -m benchmarks.bench_long_conversation --tokens {args.tokens} --latency {args.latency}"
-        f"{' --no-llm' if args.no_llm else ''}{set_flags(args.sets)}`",
+        f"{' --no-llm' if args.no_llm else ''}{' --no-rules' if args.no_rules else ''}{set_flags(args.sets)}`",
         f"- Machine: {machine_load()}. Times on a shared machine are not measurements.",
         f"- LLM path: `llm.backend=openai` against the fake server, {args.latency} s per call (its replies are schema-valid"
         " records derived from the prompt, never from labels).",
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--tokens", type=int, default=1_000_000)
     p.add_argument("--latency", type=float, default=1.0, help="seconds per fake LLM call")
     p.add_argument("--no-llm", action="store_true", help="the rules path only")
+    p.add_argument("--no-rules", action="store_true", help="the LLM path only")
     p.add_argument("--data", type=Path, default=DATA)
     p.add_argument("--work", type=Path, default=None)
     add_set_option(p)
@@ -187,13 +191,13 @@ def main(argv: list[str] | None = None) -> Path:
         source = f"a generated work conversation (lychee_ray.synth, seed 0; {args.data} is not there)"
     path = write_input(turns, work / "input" / "long.jsonl")
     questions = probe_questions(turns, N_QUESTIONS)
-    rows = [run_path("rules", path, work, args.sets, questions)]
+    rows = [] if args.no_rules else [run_path("rules", "rules", path, work, args.sets, questions)]
     if not args.no_llm:
         from tests.support.fake_openai import spawn_fake_server
 
         with spawn_fake_server(latency_s=args.latency) as server:
             llm = ["llm.backend=openai", f"llm.base_url={server.base_url}", "llm.model=fake-model", *args.sets]
-            rows.append(run_path(f"llm (fake, {args.latency} s/call)", path, work, llm, questions))
+            rows.append(run_path(f"llm (fake, {args.latency} s per call)", "llm", path, work, llm, questions))
     return report(rows, source, tokens, len(turns), args)
 
 
