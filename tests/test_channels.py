@@ -214,7 +214,7 @@ def test_a_standing_instruction_is_a_constraint_and_chat_that_looks_like_one_is_
     from lychee_ray.rules.lexicon import STANDING_INSTRUCTION
     from lychee_ray.rules.text import classify
 
-    for said in ("Always include the narrator when I ask about audiobooks.",
+    for said in ("Always include the watering schedule when I ask about bonsai care.",
                  "Please make sure to add type hints whenever I ask for Python code.",
                  "Never use jargon if I ask about taxes.",
                  "Thanks. Remember to keep it short when we talk about recipes.",

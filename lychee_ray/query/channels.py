@@ -198,9 +198,9 @@ FIRST_OR_SECOND_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|i'm|i've|i'd|i'll
 @register
 class StandingChannel(Channel):
     """The records that say how the person wants things done or what they like and must avoid
-    (types preference and constraint: "always include the narrator when I ask about
-    audiobooks", "I'm allergic to nuts"), by vector. Why: such a record governs every later
-    question on its subject, yet it shares few words with one ("any audiobooks for me?"), and in
+    (types preference and constraint: "always give the gear ratio when I ask about cycling
+    routes", "I'm allergic to nuts"), by vector. Why: such a record governs every later
+    question on its subject, yet it shares few words with one ("a route for me on Sunday?"), and in
     a long conversation about that subject hundreds of records outrank it on the other channels.
     Ranked among the few records of these types, the one that applies comes first."""
 
