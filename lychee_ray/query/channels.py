@@ -191,7 +191,7 @@ class SpeakerRecordChannel(Channel):
 
 # A request in the asker's own voice ("what should I ...", "can you suggest ...") is one that
 # standing instructions and preferences govern; a question about someone else ("what does
-# Maria like?") is answered by the facts the other channels rank, and gets nothing here.
+# Odalys like?") is answered by the facts the other channels rank, and gets nothing here.
 FIRST_OR_SECOND_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|i'm|i've|i'd|i'll|you|your|yours)\b", re.I)
 
 
