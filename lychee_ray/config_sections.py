@@ -322,13 +322,14 @@ class RerankConfig(_Section):
 
 class RetrievalConfig(_Section):
     # The channels that run (lychee_ray/query/channels.py registers them; an unknown name is
-    # refused when the query engine is built). "turn" is turn_vector + turn_bm25. "neighbor" is
-    # off by default: on LoCoMo dev it adds 2 points of recall (0.840 to 0.860 on the check
-    # part), on BEAM 100K it takes 1.3 off (0.586 to 0.573), and user-assistant archives like
-    # BEAM's are what most users have. "standing" ranks the preference and constraint records
-    # alone (standing instructions among them), which the other channels bury under the
-    # subject's other records.
-    channels: list[str] = Field(default_factory=lambda: ["record_vector", "node", "time", "turn", "speaker", "standing"])
+    # refused when the query engine is built). "turn" is turn_vector + turn_bm25. "neighbor"
+    # ranks the turns beside the best ones, in conversations between people only (see
+    # neighbor_with_assistant). "standing" ranks the preference and constraint records alone
+    # (standing instructions among them), which the other channels bury under the subject's
+    # other records.
+    channels: list[str] = Field(
+        default_factory=lambda: ["record_vector", "node", "time", "turn", "speaker", "standing", "neighbor"]
+    )
     # Leave the conversation's speakers' names out of the query vectors' text: turns never name
     # their own speaker and records name both everywhere, so the name only adds noise
     # (query/focus.py); BM25 and the node channel still see it.
@@ -353,6 +354,12 @@ class RetrievalConfig(_Section):
     # span 1, on recall at 1,500 and 250 tokens together (benchmarks/dev_recall.py).
     neighbor_seeds: int = Field(5, ge=1)
     neighbor_span: int = Field(2, ge=1)  # how many turns either side of a seed, same session, it ranks
+    # Whether the neighbor channel also runs in a conversation with an assistant (a turn whose
+    # role or speaker is assistant, bot, ...). Off: on LoCoMo dev (two people) the channel adds
+    # 2 points of recall (0.840 to 0.860 on the check part), on BEAM 100K (a user and an
+    # assistant) it took 1.3 off (0.586 to 0.573), the assistant's long replies beside a user's
+    # turn crowding out the records the question needs.
+    neighbor_with_assistant: bool = False
     # filter: a route's time window restricts every channel to in-window records/turns (a window
     # that holds nothing is ignored); channel: the window only adds the time channel (ablation)
     time_routes: Literal["filter", "channel"] = "filter"

@@ -20,7 +20,7 @@ from lychee_ray.query.channels import (
     channels_for,
     register,
 )
-from lychee_ray.query.conversation import LoadedConversation, cache_for
+from lychee_ray.query.conversation import LoadedConversation, cache_for, with_assistant
 from lychee_ray.query.evidence import TURN_PREFIX, CandidatePool
 from lychee_ray.query.retrieve import Retriever
 from lychee_ray.schemas import QueryPlan, Route, TimeWindow
@@ -146,7 +146,7 @@ def test_channels_rank_what_each_promises(store):
     q = route_query(conv, route, qv)
     by_name = {ch.name: ch for ch in channels_for(cfg)}
     # "turn" and "speaker" name two each
-    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record", "standing"]
+    assert list(by_name) == ["record_vector", "node", "time", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record", "standing", "neighbor"]
     pool = CandidatePool(conv)
     # the route names no speaker of c1 ("A", "B"): the speaker channels have nothing to rank
     assert by_name["speaker_turn"].rank(q, pool) == [] == by_name["speaker_record"].rank(q, pool)
@@ -173,7 +173,7 @@ def test_channels_rank_what_each_promises(store):
 def test_the_neighbor_channel_gives_the_turns_beside_the_best_one_within_its_session(store):
     conv = load(store, "c1")  # turns 0-5 in session s1, 6-11 in s2; record r<i> cites turn i, r06 turns 8-9
     route = Route(goal="x", search_terms=[], entities=[], topics=[], time_window=None)
-    assert "neighbor" not in [ch.name for ch in channels_for(RetrievalConfig())]  # off by default
+    assert "neighbor" in [ch.name for ch in channels_for(RetrievalConfig())]  # on by default
     assert [ch.name for ch in channels_for(RetrievalConfig(channels=["record_vector", "neighbor"]))] == ["record_vector", "neighbor"]
 
     def neighbors(turn: int, scope=None, **cfg) -> list[str]:
@@ -188,6 +188,20 @@ def test_the_neighbor_channel_gives_the_turns_beside_the_best_one_within_its_ses
     # under a time window a neighbour said outside it is left out
     outside_6 = np.arange(conv.turns.n) != 6
     assert neighbors(7, WindowScope(np.ones(conv.records.n, bool), outside_6), neighbor_span=1) == ["c1:r06"]
+
+    # a conversation with an assistant gets nothing from it, unless the config asks for it
+    assert not conv.with_assistant  # speakers A and B, roles speaker_a/b
+    conv.with_assistant = True
+    assert neighbors(5, neighbor_span=2) == []
+    assert neighbors(5, neighbor_span=2, neighbor_with_assistant=True) == ["c1:r04", "c1:r03"]
+
+
+def test_a_conversation_is_with_an_assistant_by_any_turns_role_or_speaker():
+    assert not with_assistant(["speaker_a", "speaker_b"], ["Ana", "Ben"])
+    assert not with_assistant([None, ""], [None, "Assistant Manager"])  # a person's title is not a role
+    assert with_assistant(["user", "assistant"], ["user", "assistant"])
+    assert with_assistant([None, None], ["user", "ChatGPT"])  # roles given as speakers
+    assert with_assistant(["speaker_a", "BOT"], ["Ana", "helper"])
 
 
 def test_the_standing_channel_ranks_preferences_and_constraints_for_a_request_in_the_askers_voice(store):

@@ -277,8 +277,9 @@ def test_rrf_fuses_every_route_and_channel_with_the_configured_kappa(store, embe
     r = retriever(store, embedder, "retrieval.rrf_kappa=7")
     plan = QueryPlan(routes=[asked.event, asked.second])
     rankings, _ = r.channel_rankings(asked.cid, plan, embedder.encode([x.goal for x in plan.routes]))
-    # both routes name one speaker, so the speaker channels rank too; only the second has a window
-    channels = ("record_vector", "node", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record")
+    # both routes name one speaker, so the speaker channels rank too; only the second has a window;
+    # two people talk, so the neighbor channel ranks
+    channels = ("record_vector", "node", "turn_vector", "turn_bm25", "speaker_turn", "speaker_record", "neighbor")
     assert set(rankings) == {f"r{i}:{c}" for i in (0, 1) for c in channels} | {"r1:time"}
     fused = r.fuse(rankings)
     want: dict[str, float] = {}

@@ -24,9 +24,9 @@ The built-in ones (DESIGN.md step 6):
 - standing: for a route in the asker's own voice ("I", "my", "you"), the preference and
   constraint records alone (standing instructions: "always ... when I ask about ..."), which
   govern a request on their subject yet share few words with it.
-- neighbor (off by default): the turns beside the route's best turns in their session (or the
-  records citing them), where the fact often is when the question's words are in the turn
-  before it.
+- neighbor: the turns beside the route's best turns in their session (or the records citing
+  them), where the fact often is when the question's words are in the turn before it; in
+  conversations between people only, not with an assistant.
 """
 
 from __future__ import annotations
@@ -227,6 +227,10 @@ class NeighborChannel(Channel):
     one did. The fact sits in the reply or the line after ("the red one, in the end"), while
     the question's words are in the turn before it ("which bike did you buy?"), so neither the
     vector nor BM25 reaches it. Under a time window only in-window turns and records count.
+
+    It runs only where people talk to each other (`retrieval.neighbor_with_assistant`): beside
+    a user's turn to an assistant is a long reply whose records fill the budget, and on BEAM's
+    user-assistant conversations the channel cost recall (preference following most).
     """
 
     name = "neighbor"
@@ -234,6 +238,8 @@ class NeighborChannel(Channel):
 
     def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
         conv = q.conv
+        if conv.with_assistant and not self.cfg.neighbor_with_assistant:
+            return []
         hits = conv.docs.top(q.sims["docs"], self.cfg.neighbor_seeds, q.scope.turns if q.scope else None)
         seeds = list(dict.fromkeys(int(conv.docs.turn_of[d]) for d in hits))
         near = adjacent_turns(seeds, conv.turns.cols["session_id"], self.cfg.neighbor_span)

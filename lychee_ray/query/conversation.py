@@ -43,6 +43,7 @@ from lychee_ray.query.validity import Validity, derive_validity
 from lychee_ray.store.reader import Store
 from lychee_ray.store.search import Bm25Index, bm25_order, build_bm25
 from lychee_ray.query.turn_docs import TurnDocs, cosine_rows
+from lychee_ray.rules.lexicon import ASSISTANT_ROLES
 from lychee_ray.table_model import Row
 from lychee_ray.tables import Node, Passage, Record, Turn
 
@@ -145,6 +146,12 @@ def _as_date(value, name: str) -> dt.date | None:
 STANDING_TYPES = frozenset({"preference", "constraint"})
 
 
+def with_assistant(roles: Sequence[str | None], speakers: Sequence[str | None]) -> bool:
+    """Whether any turn is an assistant's, by its role or by its speaker (sources that give
+    roles as speakers), as the rules encoder's `is_assistant` reads one turn."""
+    return any((value or "").lower() in ASSISTANT_ROLES for value in (*roles, *speakers))
+
+
 class LoadedConversation:
     """What retrieval reads of one conversation, in memory (see the module docstring)."""
 
@@ -168,6 +175,9 @@ class LoadedConversation:
         # the records the standing channel ranks among (channels.py): how the person wants
         # things done, what they like and must avoid
         self.standing_records = np.array([t in STANDING_TYPES for t in self.records.cols["type"]], dtype=bool)
+        # a person talking to an assistant, not people talking to each other (channels.py's
+        # neighbor channel reads it)
+        self.with_assistant = with_assistant(self.turns.cols["role"], self.turns.cols["speaker"])
 
     @classmethod
     def load(cls, store: Store, conversation_id: str) -> "LoadedConversation":
