@@ -1,12 +1,13 @@
 """The link benchmarks' scoring on invented links, changes and contexts: what bench_links counts
 as a true link (per kind and per finder), and what bench_links_beam counts per question (the
 abilities' flags and evidence recall over every question, a split message counted as its
-message)."""
+message), and how bench_links_lme tells LongMemEval's old evidence turn from its new one."""
 
 from __future__ import annotations
 
 from benchmarks.bench_links import score
 from benchmarks.bench_links_beam import judged, summarize
+from benchmarks.bench_links_lme import linked, roles_by_time
 from lychee_ray.llm.prompts import ValidityNote
 from lychee_ray.query.memory import MemoryItem
 
@@ -68,3 +69,14 @@ def test_beam_rows_judge_the_abilities_and_measure_recall_on_every_question():
     assert summary["knowledge_update"]["n"] == 2 and summary["knowledge_update"]["ok"] == 0.5
     assert summary["contradiction_resolution"] == {"n": 0}
     assert summary["evidence_recall"] == {"n": 3, "mean": round((1.0 + 1.0 + 0.5) / 3, 3)}
+
+
+def test_longmemeval_update_roles_come_from_the_evidence_turns_times_and_a_link_must_join_old_to_new():
+    assert roles_by_time(["2023-05-25", "2023-05-27"]) == ["original_info", "updated_info"]
+    assert roles_by_time(["2023-05-27", "2023-05-25", "2023-05-27"]) == ["updated_info", "original_info", "updated_info"]
+    assert roles_by_time([None, "2023-05-25"]) == ["original_info", "updated_info"]  # an unknown time is never the new one
+    q = {"conversation_id": "c1", "evidence_turn_ids": ["s1:4", "s2:0"], "evidence_roles": ["original_info", "updated_info"]}
+    assert linked(q, [link("supersedes", ["s1:4"], ["s2:0", "s2:1"], "rules")])
+    assert not linked(q, [link("supersedes", ["s2:0"], ["s1:4"], "rules")])  # the wrong way round
+    assert not linked(q, [link("contradicts", ["s1:4"], ["s2:0"], "rules")])  # not an update
+    assert not linked(q, [link("supersedes", ["s1:4"], ["s2:0"], "rules", conv="c2")])
