@@ -18,13 +18,13 @@ How one synthetic conversation is made (deterministic from `seed` and its index)
 - dates: the whole conversation is shifted by a random whole number of weeks (first session
   landing between 2019 and mid-2025). Intervals between the chosen sessions and the time of
   day are the source's, and whole weeks keep weekdays, so "last Saturday" in a turn still
-  points to a Saturday. Stamps keep the source format ("1:56 pm on 8 May, 2023");
+  points to a Saturday. Stamps keep the source format ("4:27 pm on 2 April, 2024");
 - QA items are kept only if their evidence is non-empty and lies entirely in the chosen
   sessions; evidence ids are remapped, `category` and all other fields are copied as they are.
   Items with malformed or dangling evidence ids (see the data README) are dropped;
 - `observation` ids are remapped the same way, `event_summary` dates are rewritten, and
   `session_summary` texts get their date mentions of that session rewritten where they match
-  the session stamp ("8 May, 2023", "8th May 2023", "May 8, 2023", ...).
+  the session stamp ("2 April, 2024", "2nd April 2024", "April 2, 2024", ...).
 
 Caveat: answers stay exactly as in the source. Temporal answers ("7 May 2023") no longer match
 the shifted dates, and multi-hop answers may lean on sessions that were left out; evidence
@@ -66,7 +66,7 @@ DEFAULT_SESSIONS = (3, 6)
 
 
 def parse_stamp(stamp: str) -> datetime:
-    """"1:56 pm on 8 May, 2023" -> datetime(2023, 5, 8, 13, 56). Locale-independent."""
+    """"4:27 pm on 2 April, 2024" -> datetime(2024, 4, 2, 16, 27). Locale-independent."""
     m = _STAMP_RE.match(stamp)
     if not m:
         raise ValueError(f"unrecognised LoCoMo session stamp {stamp!r}")
@@ -79,14 +79,14 @@ def parse_stamp(stamp: str) -> datetime:
 
 
 def format_stamp(dt: datetime) -> str:
-    """datetime -> "1:56 pm on 8 May, 2023" (no leading zeros on hour and day, as LoCoMo)."""
+    """datetime -> "4:27 pm on 2 April, 2024" (no leading zeros on hour and day, as LoCoMo)."""
     hour12 = dt.hour % 12 or 12
     ampm = "am" if dt.hour < 12 else "pm"
     return f"{hour12}:{dt.minute:02d} {ampm} on {dt.day} {MONTHS[dt.month - 1]}, {dt.year}"
 
 
 def _format_day(dt: datetime) -> str:
-    """The `event_summary` date format: "8 May, 2023"."""
+    """The `event_summary` date format: "2 April, 2024"."""
     return f"{dt.day} {MONTHS[dt.month - 1]}, {dt.year}"
 
 

@@ -52,8 +52,8 @@ _BEAM_STAMP_RE = re.compile(rf"^\s*(?P<m>{MONTH})-(?P<d>\d{{1,2}})-(?P<y>\d{{4}}
 # Source timestamps
 # --------------------------------------------------------------------------------------------
 def parse_source_datetime(s) -> datetime | None:
-    """"1:56 pm on 8 May, 2023" (LoCoMo), "2023/05/25 (Thu) 20:21" (LongMemEval), "March-15-2024"
-    (BEAM's time anchors), ISO 8601, or a plain date ("8 May 2023", "May 8, 2023"). None for
+    """"4:27 pm on 2 April, 2024" (LoCoMo), "2024/03/07 (Thu) 09:15" (LongMemEval), "March-15-2024"
+    (BEAM's time anchors), ISO 8601, or a plain date ("2 April 2024", "April 2, 2024"). None for
     anything else, never an exception.
     ISO strings with an offset come back timezone-aware, all others naive."""
     if isinstance(s, datetime):

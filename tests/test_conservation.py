@@ -47,15 +47,15 @@ def hostile_archive(inp):
     turned["turns"][1] = "PLACEHOLDER"
     (inp / "deep_turn.jsonl").write_text(json.dumps(turned).replace('"PLACEHOLDER"', DEEP) + "\n")
     (inp / "locomo.json").write_text(json.dumps([locomo_sample(
-        session_1=("1:56 pm on 8 May, 2023", [lturn(1, 1), "a turn that is a string", lturn(1, 3)]),
+        session_1=("4:27 pm on 2 April, 2024", [lturn(1, 1), "a turn that is a string", lturn(1, 3)]),
         session_2=("2:00 pm on 9 May, 2023", {"0": lturn(2, 1)}),
         session_3=("3:00 pm on 10 May, 2023", [lturn(3, 1), {"speaker": "Ann", "dia_id": "D3:2", "text": ["not", "text"]}, {"speaker": "Bob", "dia_id": "D3:3"}]),
     )]))
     # the same sample id again, from another file: a `duplicate` row
-    (inp / "nodate.json").write_text(json.dumps([locomo_sample(session_1=("1:56 pm on 8 May, 2023", [lturn(1, 1)]), session_2=(None, [lturn(2, 1)]))]))
+    (inp / "nodate.json").write_text(json.dumps([locomo_sample(session_1=("4:27 pm on 2 April, 2024", [lturn(1, 1)]), session_2=(None, [lturn(2, 1)]))]))
     (inp / "lme.json").write_text(json.dumps([{
         "question_id": "lm1", "question": "Where do I live?", "answer": 7, "question_type": "single-session-user",
-        "question_date": "2023/06/01 (Thu) 00:58", "haystack_session_ids": ["s1", "s2", "s3"],
+        "question_date": "2024/03/14 (Thu) 08:30", "haystack_session_ids": ["s1", "s2", "s3"],
         "haystack_dates": ["2023/05/20 (Sat) 02:21", "2023/05/21 (Sun) 02:21", "not a date"],
         "haystack_sessions": [[{"role": "user", "content": "I live in Oslo.", "has_answer": True}, "a string turn"],
                               {"role": "user", "content": "a session that is a dict"}, [{"role": "assistant", "content": "Noted."}]],

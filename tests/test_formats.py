@@ -240,7 +240,7 @@ def test_each_format_is_detected_from_content_under_a_misleading_name(tmp_path):
         {"id": "s", "conversations": [{"from": "human", "value": "hello"}]},
         {"conversation_id": "x", "speaker": "Ann", "text": "a turn row"},
         {"conversation_id": "e", "mapping": {}, "title": "empty export"},
-        {"sample_id": "l", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}], "session_1_date_time": "1:56 pm on 8 May, 2023"}},
+        {"sample_id": "l", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}], "session_1_date_time": "4:27 pm on 2 April, 2024"}},
     ]
     f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     got = {c.conversation_id: c.source for c in read_all(f)}

@@ -159,7 +159,7 @@ def lturn(n, k, text="I went to Oslo last week."):
 
 def test_locomo_keeps_every_valid_turn_and_question_and_names_each_bad_one(tmp_path):
     sample = locomo_sample(
-        session_1=("1:56 pm on 8 May, 2023", [lturn(1, 1), "a turn that is a string", lturn(1, 3)]),
+        session_1=("4:27 pm on 2 April, 2024", [lturn(1, 1), "a turn that is a string", lturn(1, 3)]),
         session_2=("2:00 pm on 9 May, 2023", {"0": lturn(2, 1)}),
         session_3=("3:00 pm on 10 May, 2023", [lturn(3, 1), {"speaker": "Ann", "dia_id": "D3:2", "text": ["not", "text"]}]),
     )
@@ -183,7 +183,7 @@ def test_longmemeval_keeps_every_valid_turn_and_the_question_and_names_each_bad_
         "question": "Where do I live?",
         "answer": 7,
         "question_type": "single-session-user",
-        "question_date": "2023/06/01 (Thu) 00:58",
+        "question_date": "2024/03/14 (Thu) 08:30",
         "haystack_session_ids": ["s1", "s2", "s3"],
         "haystack_dates": ["2023/05/20 (Sat) 02:21", "2023/05/21 (Sun) 02:21", "not a date"],
         "haystack_sessions": [
@@ -280,11 +280,11 @@ def test_a_chat_timestamp_that_does_not_parse_is_named_and_the_turn_kept(tmp_pat
 
 
 def test_a_locomo_session_without_a_date_is_named_and_its_questions_say_so(tmp_path):
-    sample = locomo_sample(session_1=("1:56 pm on 8 May, 2023", [lturn(1, 1)]), session_2=(None, [lturn(2, 1)]))
+    sample = locomo_sample(session_1=("4:27 pm on 2 April, 2024", [lturn(1, 1)]), session_2=(None, [lturn(2, 1)]))
     f = tmp_path / "nodate.json"
     f.write_text(json.dumps([sample]))
     (conv,) = read_all(f)
-    assert [t.timestamp for t in conv.turns] == ["2023-05-08T13:56:00", None]
+    assert [t.timestamp for t in conv.turns] == ["2024-04-02T16:27:00", None]
     assert {e["field"]: e["kind"] for e in conv.errors}["conversation.session_2_date_time"] == "missing_session_date"
     # asked after session 2, whose date is unknown: not session 1's date
     assert conv.questions[0].question_date is None

@@ -136,9 +136,9 @@ def test_per_question_text_is_never_in_the_system_prefix():
 def test_answer_prompts_follow_benchmark_conventions():
     locomo = answer_messages("locomo", "q", None, "- m")[0]["content"]
     assert "date" in locomo and "short phrase" in locomo and "Not mentioned" in locomo
-    lme = answer_messages("longmemeval", "q", "2023/06/01 (Thu) 00:58", "- m")
+    lme = answer_messages("longmemeval", "q", "2024/03/14 (Thu) 08:30", "- m")
     assert "assistant" in lme[0]["content"] and "do not know" in lme[0]["content"]
-    assert "Current date: 2023/06/01 (Thu) 00:58" in _user(lme)
+    assert "Current date: 2024/03/14 (Thu) 08:30" in _user(lme)
     assert "Question date: unknown" in _user(answer_messages("locomo", "q", None, "- m"))
     with pytest.raises(ValueError):
         answer_messages("squad", "q", None, "- m")

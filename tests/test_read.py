@@ -42,7 +42,7 @@ def raw_locomo_turns(sample: dict) -> list[dict]:
 
 
 def locomo_stamp(raw: str) -> str:
-    """"4:10 pm on 16 March, 2023" -> ISO, parsed here independently of the package's parser."""
+    """"10:20 am on 21 February, 2023" -> ISO, parsed here independently of the package's parser."""
     return datetime.strptime(raw, "%I:%M %p on %d %B, %Y").isoformat()
 
 

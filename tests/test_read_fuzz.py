@@ -104,7 +104,7 @@ def locomo_conversation(draw, rec: int, cid: str):
         if shape == "string":
             tracked.turns = [t for t in tracked.turns if not t[0].startswith(f"conversation.session_{n}[")]
         if shape != "no_date":
-            body[f"session_{n}_date_time"] = draw(st.sampled_from(["1:56 pm on 8 May, 2023", "someday", ""]))
+            body[f"session_{n}_date_time"] = draw(st.sampled_from(["4:27 pm on 2 April, 2024", "someday", ""]))
     qa = draw(st.lists(st.one_of(st.just({"question": "Where?", "answer": "Oslo", "category": 4, "evidence": ["D1:1"]}), json_values), max_size=3))
     return {"sample_id": cid, "conversation": body, "qa": qa}, tracked
 

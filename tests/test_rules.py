@@ -96,10 +96,10 @@ def _records_of(outs, turn_id):
 # --------------------------------------------------------------------------------------------
 def test_relative_date_resolved_and_speaker_attributed(quirks):
     _, _, outs = quirks
-    # D1:3 (session of 16 March 2023): Orrin, "I went to the Harbourside pottery workshop yesterday and ..."
+    # D1:3 (session of 21 February 2023): Orrin, "I went to the Harbourside woodcarving workshop yesterday and ..."
     [rec] = _records_of(outs, "D1:3")
-    assert rec.text.startswith("Orrin went to the Harbourside pottery workshop yesterday (15 March 2023)")
-    assert (rec.time.start, rec.time.end, rec.time.granularity, rec.time.expression) == ("2023-03-15", "2023-03-15", "day", "yesterday")
+    assert rec.text.startswith("Orrin went to the Harbourside woodcarving workshop yesterday (20 February 2023)")
+    assert (rec.time.start, rec.time.end, rec.time.granularity, rec.time.expression) == ("2023-02-20", "2023-02-20", "day", "yesterday")
     assert rec.type == "event"
     assert rec.entities[0] == "Orrin" and "Harbourside" in rec.entities
     assert 1 <= len(rec.topics) <= 3
@@ -181,7 +181,7 @@ def test_state_aliases_anchor_and_carry_forward(quirks):
     by_name = {e.name: e for e in s1.entities}
     assert by_name["Tessaly"].aliases == ["Tess"] and by_name["Tessaly"].referent == "Tessaly (speaker)"
     assert by_name["Orrin"].referent == "Orrin (speaker)"
-    assert s1.date_anchor == "2023-03-16" and s2.date_anchor == "2023-03-30"
+    assert s1.date_anchor == "2023-02-21" and s2.date_anchor == "2023-03-30"
     # Carried forward: mentioned in session 1 only, still known after session 2.
     assert "Harbourside" in {e.name for e in s2.entities}
     assert not any("Harbourside" in t.text for t in sessions[1])
@@ -193,7 +193,7 @@ def test_summary_ablation(quirks):
     _, sessions, outs = quirks
     [rec] = RulesEncoder().encode(sessions[0], None, [], summary=True).records
     assert rec.source_turn_ids == [t.turn_id for t in sessions[0]]
-    assert "Orrin went to the Harbourside pottery workshop yesterday (15 March 2023)" in rec.text
+    assert "Orrin went to the Harbourside woodcarving workshop yesterday (20 February 2023)" in rec.text
     atomic = outs[0].records
     assert set(rec.entities) == {e for r in atomic for e in r.entities}
     assert set(rec.topics) == {t for r in atomic for t in r.topics}
@@ -237,7 +237,7 @@ def test_temporal_gold_dates_match_record_times(generated, generated_locomo):
 # --------------------------------------------------------------------------------------------
 # Encoder on hand-made turns
 # --------------------------------------------------------------------------------------------
-def _turn(tid, speaker, text, ts="2023-05-08T13:56:00", idx=0):
+def _turn(tid, speaker, text, ts="2024-04-02T16:27:00", idx=0):
     return Turn(turn_id=tid, turn_idx=idx, session_id="s1", speaker=speaker, role="speaker", text=text, timestamp=ts)
 
 
@@ -286,7 +286,7 @@ def test_role_speakers_longmemeval_style():
     ]
     out = RulesEncoder().encode(turns, None, [])
     texts = [r.text for r in out.records]
-    assert texts[0].startswith("The user set a personal best of 41:05 in the harbour swim last Saturday (6 May 2023)")
+    assert texts[0].startswith("The user set a personal best of 41:05 in the harbour swim last Saturday (30 March 2024)")
     # an assistant's pleasantries and generic advice make no record; what it concretely proposed does
     assert not any("can suggest" in t or "Congratulations" in t for t in texts)
     assert [r.source_turn_ids for r in out.records if r.text.startswith("The assistant")] == [["a2"]]
@@ -450,17 +450,17 @@ def test_planner_aliases_topics_quotes_and_no_window():
     assert route.time_window is None
     assert "Always Be Grateful" in route.search_terms and "book" in route.search_terms
     assert route.topics == ["book"]  # the stored (singular) form; "Always Be Grateful" is stopwords and an adjective
-    plan2 = RulesPlanner().plan("When did Tess paint a sunrise?", None, ["Tessaly", "Orrin"])
-    # "Tess" is an alias, "paint" a verb: the one topic word is the question's own noun
-    assert plan2.routes[0].entities == ["Tessaly"] and plan2.routes[0].topics == ["sunrise"]
+    plan2 = RulesPlanner().plan("When did Tess visit a treehouse?", None, ["Tessaly", "Orrin"])
+    # "Tess" is an alias, "visit" a verb: the one topic word is the question's own noun
+    assert plan2.routes[0].entities == ["Tessaly"] and plan2.routes[0].topics == ["treehouse"]
     route3 = RulesPlanner().plan("Where did Ann join the sourdough baking classes?", None, ["Ann"]).routes[0]
     assert route3.topics[:2] == ["sourdough baking", "baking class"] and "sourdough" in route3.topics
 
 
 def test_planner_without_known_entities_and_with_question_date():
-    route = RulesPlanner().plan("What did Odile and Brann do last weekend?", parse_source_datetime("2023/06/01 (Thu) 00:58")).routes[0]
+    route = RulesPlanner().plan("What did Odile and Brann do last weekend?", parse_source_datetime("2024/03/14 (Thu) 08:30")).routes[0]
     assert route.entities == ["Odile", "Brann"]
-    assert (route.time_window.start, route.time_window.end) == ("2023-05-27", "2023-05-28")
+    assert (route.time_window.start, route.time_window.end) == ("2024-03-09", "2024-03-10")
     assert RulesPlanner().plan("What did Odile do?", None) == RulesPlanner().plan("What did Odile do?", None)
 
 
@@ -468,19 +468,19 @@ def test_planner_without_known_entities_and_with_question_date():
 # Extractive answers
 # --------------------------------------------------------------------------------------------
 EVIDENCE = [
-    "Orrin went to the Harbourside pottery workshop yesterday (15 March 2023) and it was so relaxing. He felt calm.",
+    "Orrin went to the Harbourside woodcarving workshop yesterday (20 February 2023) and found it calming. He felt calm.",
     "Tessaly painted a harbour mural last year (2022). Tessaly loves painting.",
-    "Orrin is researching kiln suppliers.",
+    "Orrin is researching chisel suppliers.",
 ]
 
 
 def test_extractive_picks_the_best_sentence():
-    assert extractive_answer("What is Orrin researching?", EVIDENCE) == "Orrin is researching kiln suppliers."
+    assert extractive_answer("What is Orrin researching?", EVIDENCE) == "Orrin is researching chisel suppliers."
     assert extractive_answer("What does Tessaly love?", EVIDENCE) == "Tessaly loves painting."
 
 
 def test_extractive_when_returns_the_date():
-    assert extractive_answer("When did Orrin go to the Harbourside pottery workshop?", EVIDENCE) == "15 March 2023"
+    assert extractive_answer("When did Orrin go to the Harbourside woodcarving workshop?", EVIDENCE) == "20 February 2023"
     assert extractive_answer("When did Tessaly paint a mural?", EVIDENCE) == "2022"
 
 

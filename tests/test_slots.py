@@ -54,7 +54,7 @@ MUST_NOT_LINK = [
     ("The upload service answers in 300 ms.", "Could the upload service answer in 120 ms?"),  # a question
     ("The upload service answers in 300 ms.", "I want the upload service to answer in 120 ms."),  # a wish
     ("The upload service answers in 300 ms.", "Our goal is to get the upload service under 120 ms now."),  # a bound, a goal
-    ("The triangle has sides of 3 cm, 4 cm and 5 cm.", "Now the triangle has sides of 6 cm, 8 cm and 10 cm."),  # lists of numbers
+    ("The triangle has sides of 20 cm, 21 cm and 29 cm.", "Now the triangle has sides of 40 cm, 42 cm and 58 cm."),  # lists of numbers
     ("We run Python 3.11 in production.", "We run Python 3.11.4 in production."),  # the same version, more precise
     ("The vendor audit is due on 3 September 2024.", "The pitch deck is due on 20 September 2024."),  # another deadline
     ("I have never flown a kite.", "I would love to fly a kite one day."),  # a wish, not a deed

@@ -201,10 +201,10 @@ def test_side_annotations_remapped(archive):
 
 
 def test_stamp_roundtrip_and_summary_date_rewrite():
-    for stamp in ("1:56 pm on 8 May, 2023", "12:06 am on 11 November, 2022", "12:30 pm on 1 June, 2020"):
+    for stamp in ("4:27 pm on 2 April, 2024", "12:03 am on 2 December, 2024", "12:30 pm on 1 June, 2020"):
         assert sa.format_stamp(sa.parse_stamp(stamp)) == stamp
-    old, new = sa.parse_stamp("1:56 pm on 8 May, 2023"), sa.parse_stamp("1:56 pm on 21 June, 2025")
-    text = "They met on 8 May, 2023. Later, on 8th May 2023, and May 8, 2023 again; 9 May, 2023 stays."
+    old, new = sa.parse_stamp("4:27 pm on 2 April, 2024"), sa.parse_stamp("4:27 pm on 21 June, 2025")
+    text = "They met on 2 April, 2024. Later, on 2nd April 2024, and April 2, 2024 again; 9 May, 2023 stays."
     assert sa._rewrite_dates(text, old, new) == (
         "They met on 21 June, 2025. Later, on 21st June 2025, and June 21, 2025 again; 9 May, 2023 stays.")
 

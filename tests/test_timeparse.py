@@ -54,7 +54,7 @@ TABLE = [
     ("next week", "2023-12-28", ("2024-01-01", "2024-01-07", "week")),
     ("a week ago", "2023-05-08", ("2023-05-01", "2023-05-07", "week")),
     ("in two weeks", "2023-05-25", ("2023-06-05", "2023-06-11", "week")),
-    ("Last weekend I joined a rowing club", "2023-07-17", ("2023-07-15", "2023-07-16", "week")),
+    ("Last weekend I tried out for a rowing club", "2023-07-17", ("2023-07-15", "2023-07-16", "week")),
     ("last weekend", "2023-07-15", ("2023-07-08", "2023-07-09", "week")),  # Saturday anchor: the previous one
     ("last weekend", "2023-01-15", ("2023-01-07", "2023-01-08", "week")),  # Sunday anchor
     ("this weekend", "2023-05-08", ("2023-05-13", "2023-05-14", "week")),
@@ -84,7 +84,7 @@ TABLE = [
     ("next year", "2023-07-12", ("2024-01-01", "2024-12-31", "year")),
     ("my first regatta ten years ago", "2023-06-27", ("2013-01-01", "2013-12-31", "year")),
     ("a year ago", "2024-02-29", ("2023-01-01", "2023-12-31", "year")),
-    ("We had a blast at the harbour fair in 2022", None, ("2022-01-01", "2022-12-31", "year")),
+    ("We loved the harbour fair in 2022", None, ("2022-01-01", "2022-12-31", "year")),
     ("since 2016", "2023-09-13", ("2016-01-01", "2023-09-13", "year")),
     ("I've kept these bees for 4 years", "2023-06-09", ("2019-01-01", "2023-06-09", "year")),
     ("Seven years now, and I still enjoy it", "2023-09-13", ("2016-01-01", "2023-09-13", "year")),
@@ -93,7 +93,7 @@ TABLE = [
     ("on 10 May", "2023-05-08", ("2022-05-10", "2022-05-10", "day")),  # yearless: the most recent past one
     ("29 February", "2023-05-08", ("2020-02-29", "2020-02-29", "day")),  # the last leap year
     ("May 5th, 2023", None, ("2023-05-05", "2023-05-05", "day")),
-    ("8 May, 2023", None, ("2023-05-08", "2023-05-08", "day")),
+    ("2 April, 2024", None, ("2024-04-02", "2024-04-02", "day")),
     ("the 5th of May 2023", None, ("2023-05-05", "2023-05-05", "day")),
     ("Saturday, May 20, 2023", None, ("2023-05-20", "2023-05-20", "day")),
     ("2023-05-07", None, ("2023-05-07", "2023-05-07", "day")),
@@ -102,17 +102,17 @@ TABLE = [
     ("I met my crew on the 15th", "2023-08-21", ("2023-08-15", "2023-08-15", "day")),
     ("on the 31st", "2023-03-10", ("2023-01-31", "2023-01-31", "day")),  # February has no 31st
     # relative to an absolute day (LoCoMo gold answers are written this way)
-    ("The week before 9 June 2023", None, ("2023-05-29", "2023-06-04", "week")),
-    ("The weekend before 17 July 2023", None, ("2023-07-15", "2023-07-16", "week")),
-    ("The Friday before 15 July 2023", None, ("2023-07-14", "2023-07-14", "day")),
-    ("The sunday before 25 May 2023", None, ("2023-05-21", "2023-05-21", "day")),
-    ("two weekends before 17 July 2023", None, ("2023-07-08", "2023-07-09", "week")),
-    ("The week of 23 August 2023", None, ("2023-08-21", "2023-08-27", "week")),
-    ("The weekend after 3June, 2022.", None, ("2022-06-04", "2022-06-05", "week")),
-    ("few days before November 22, 2023", None, ("2023-11-19", "2023-11-19", "day")),
-    ("first weekend of August 2023", None, ("2023-08-05", "2023-08-06", "week")),
-    ("first week of May 2023", None, ("2023-05-01", "2023-05-07", "week")),
-    ("last week of September 2023", None, ("2023-09-24", "2023-09-30", "week")),
+    ("The week before 14 March 2024", None, ("2024-03-04", "2024-03-10", "week")),
+    ("The weekend before 19 February 2024", None, ("2024-02-17", "2024-02-18", "week")),
+    ("The Friday before 10 August 2024", None, ("2024-08-09", "2024-08-09", "day")),
+    ("The sunday before 12 September 2024", None, ("2024-09-08", "2024-09-08", "day")),
+    ("two weekends before 19 February 2024", None, ("2024-02-10", "2024-02-11", "week")),
+    ("The week of 16 October 2024", None, ("2024-10-14", "2024-10-20", "week")),
+    ("The weekend after 7June, 2024.", None, ("2024-06-08", "2024-06-09", "week")),
+    ("few days before April 23, 2024", None, ("2024-04-20", "2024-04-20", "day")),
+    ("first weekend of October 2024", None, ("2024-10-05", "2024-10-06", "week")),
+    ("first week of April 2024", None, ("2024-04-01", "2024-04-07", "week")),
+    ("last week of November 2024", None, ("2024-11-24", "2024-11-30", "week")),
 ]
 
 
@@ -173,9 +173,9 @@ def test_labels_parse_back_to_the_same_dates():
 
 
 def test_longest_match_wins():
-    [te] = find_time_expressions("Last week before 13 October 2022.", None)
-    assert te.expression == "week before 13 October 2022"
-    assert (te.start, te.end) == ("2022-10-03", "2022-10-09")
+    [te] = find_time_expressions("Last week before 21 November 2024.", None)
+    assert te.expression == "week before 21 November 2024"
+    assert (te.start, te.end) == ("2024-11-11", "2024-11-17")
 
 
 def test_to_normalized():
@@ -188,10 +188,10 @@ def test_to_normalized():
 
 
 def test_anchor_may_be_datetime_or_string():
-    a = find_time_expressions("yesterday", datetime(2023, 5, 8, 13, 56))
-    b = find_time_expressions("yesterday", "1:56 pm on 8 May, 2023")
-    c = find_time_expressions("yesterday", "2023-05-08T13:56:00")
-    assert a[0].start == b[0].start == c[0].start == "2023-05-07"
+    a = find_time_expressions("yesterday", datetime(2024, 4, 2, 16, 27))
+    b = find_time_expressions("yesterday", "4:27 pm on 2 April, 2024")
+    c = find_time_expressions("yesterday", "2024-04-02T16:27:00")
+    assert a[0].start == b[0].start == c[0].start == "2024-04-01"
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,18 +200,18 @@ def test_anchor_may_be_datetime_or_string():
 @pytest.mark.parametrize(
     "raw,expected",
     [
-        ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56)),
-        ("10:37 am on 27 June, 2023", datetime(2023, 6, 27, 10, 37)),
-        ("12:09 am on 13 September, 2023", datetime(2023, 9, 13, 0, 9)),  # 12 am is midnight
+        ("4:27 pm on 2 April, 2024", datetime(2024, 4, 2, 16, 27)),
+        ("9:41 am on 4 March, 2024", datetime(2024, 3, 4, 9, 41)),
+        ("12:08 am on 19 October, 2024", datetime(2024, 10, 19, 0, 8)),  # 12 am is midnight
         ("12:30 pm on 1 January, 2024", datetime(2024, 1, 1, 12, 30)),  # 12 pm is noon
-        ("2023/05/25 (Thu) 20:21", datetime(2023, 5, 25, 20, 21)),
-        ("2023/06/01 (Thu) 00:58", datetime(2023, 6, 1, 0, 58)),
+        ("2024/03/07 (Thu) 09:15", datetime(2024, 3, 7, 9, 15)),
+        ("2024/03/14 (Thu) 08:30", datetime(2024, 3, 14, 8, 30)),
         ("2023/06/01", datetime(2023, 6, 1)),
-        ("2023-05-08T13:56:00", datetime(2023, 5, 8, 13, 56)),
+        ("2024-04-02T16:27:00", datetime(2024, 4, 2, 16, 27)),
         ("2023-05-08", datetime(2023, 5, 8)),
         ("2023-05-08T13:56:00Z", datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)),
-        ("8 May 2023", datetime(2023, 5, 8)),
-        ("May 8, 2023", datetime(2023, 5, 8)),
+        ("2 April 2024", datetime(2024, 4, 2)),
+        ("April 2, 2024", datetime(2024, 4, 2)),
         ("March-15-2024", datetime(2024, 3, 15)),  # BEAM's time anchors
         ("September-2-2024", datetime(2024, 9, 2)),
         ("Sept-02-2024", datetime(2024, 9, 2)),
@@ -235,10 +235,10 @@ def test_parse_source_datetime_unparseable_is_none(raw):
     [
         ("What did Orrin do in May 2023?", None, ("2023-05-01", "2023-05-31")),
         ("When did Orrin go to the pottery workshop?", None, None),
-        ("What did I do last Saturday?", "2023/06/01 (Thu) 00:58", ("2023-05-27", "2023-05-27")),
+        ("What did I do last Saturday?", "2024/03/14 (Thu) 08:30", ("2024-03-09", "2024-03-09")),
         ("What happened before June 2023?", None, (None, "2023-05-31")),
         ("What did Odile do after May 2023?", None, ("2023-06-01", None)),
-        ("What has she done since 2020?", "2023/06/01 (Thu) 00:58", ("2020-01-01", "2023-06-01")),
+        ("What has she done since 2020?", "2024/03/14 (Thu) 08:30", ("2020-01-01", "2024-03-14")),
         ("What did they do in 2021 and in 2022?", None, ("2021-01-01", "2022-12-31")),
         ("Where did I go last week?", None, None),  # relative, and no question date
     ],

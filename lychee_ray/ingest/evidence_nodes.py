@@ -90,7 +90,7 @@ def build_nodes(conv: Conversation, cfg: OrganizeConfig) -> tuple[list[Node], li
     for rec in conv.records:
         ents: dict[str, str] = {}  # key -> display form, first mention wins
         for e in rec.entities:
-            name = canonical.get(normalize_name(e), e)  # an alias ("Mel") counts as its entity
+            name = canonical.get(normalize_name(e), e)  # an alias ("Tess") counts as its entity
             if key := normalize_name(name):
                 ents.setdefault(key, display_form(name))
                 link("entity", key, e.strip(), rec.record_id)

@@ -105,7 +105,7 @@ def _msgs(system: str, user: str) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 PLAN_SYSTEM = """\
 You plan memory searches for a question about a user's past conversations. Return JSON like:
-{"routes": [{"goal": "find when Mel painted a sunrise", "search_terms": ["painting", "sunrise"], "entities": ["Mel"], "topics": ["art"], "time_window": null}]}
+{"routes": [{"goal": "find when Tess repotted the fig tree", "search_terms": ["repotting", "fig tree"], "entities": ["Tess"], "topics": ["gardening"], "time_window": null}]}
 - 1 to 3 routes; one route per distinct piece of information the answer needs.
 - goal: what this route must find, one short sentence.
 - search_terms: 2-6 keywords or short phrases likely to appear in the memories, synonyms included.

@@ -2,7 +2,7 @@
 
 Two facts of a conversation's text that a query must respect (found on the LoCoMo tune part,
 benchmarks/dev_recall.py):
-- a turn never names its own speaker ("I signed up for a pottery class"), and the records name
+- a turn never names its own speaker ("I signed up for a glassblowing course"), and the records name
   both speakers all the time (pronouns resolved), so a speaker's name in the query text only
   pulls the vector toward turns that *address* that person and spreads evenly over records. The
   vector text therefore leaves the conversation's speakers out (`vector_text`); BM25 and the

@@ -73,8 +73,8 @@ def is_assistant(turn: Turn) -> bool:
 
 def _is_question(sentence: str) -> bool:
     """A question addressed to the other speaker. Declarative sentences that end in "?"
-    ("We're going to a game next Sunday, want to join?") and rhetorical "Guess what I did
-    this week?" carry facts and are kept as statements."""
+    ("We're hiking the ridge trail on Saturday, want to come along?") and rhetorical "Guess what happened
+    at work today?" carry facts and are kept as statements."""
     if not sentence.rstrip(" \"')]").endswith("?"):
         return False
     return bool(INTERROGATIVE_RE.match(sentence)) and not RHETORICAL_RE.match(sentence)
@@ -96,7 +96,7 @@ def _turn_units(turn: Turn, names: frozenset[str], to_assistant: bool = False) -
         if n == 0:
             words = [norm_token(t) for t in WORD_RE.findall(sent)]
             if all(w in GREETING_WORDS or w in names or is_name_prefix(w, names) for w in words):
-                continue  # "Hey Mel!": a pure greeting
+                continue  # "Hey Tess!": a pure greeting
             pending.append(sent)
             continue
         q = _is_question(sent)

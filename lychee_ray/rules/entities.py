@@ -1,6 +1,6 @@
 """Named entities from text: capitalized spans, quoted titles, and known names in any case.
 
-`EntityIndex` is the table of known names, where a short alias ("Mel") resolves to the one
+`EntityIndex` is the table of known names, where a short alias ("Tess") resolves to the one
 participant it prefixes. The encoder fills it from d_k and recent records, the planner from the
 store's names; both use the same span rules, hence one module.
 """

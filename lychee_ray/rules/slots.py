@@ -246,7 +246,7 @@ def _day_key(text: str) -> str | None:
 def _quantities(clause: str, sentence: str, speaker: str) -> list[Slot]:
     """Numbers with a unit. Not a slot: a hedged or bounded number ("aim for 90%", "under 5 ms"),
     the first of "from X to Y", an age or a span ("3 weeks ago"), and numbers in a list of the same
-    unit ("sides of 6 cm, 8 cm and 10 cm": a computation, not an attribute's value)."""
+    unit ("sides of 40 cm, 42 cm and 58 cm": a computation, not an attribute's value)."""
     units = [_unit(m["u"]) for m in _QUANTITY.finditer(sentence)]
     listed = {u for u in units if units.count(u) > 1} if not re.search(r"(?i)\bfrom\s+\S+\s+to\s", sentence) else set()
     update = bool(_UPDATE_CUE.search(sentence))

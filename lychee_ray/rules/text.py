@@ -163,7 +163,7 @@ def singular(w: str) -> str:
 
 def _topic_word(w: str, skip: set[str], capitalized: bool = False) -> bool:
     """Could `w` (lower case) be a word of a topic? Content words only: no stop or filler word,
-    verb form, adverb, name (a capitalized prefix of one too: "Mel"), number or two-letter word."""
+    verb form, adverb, name (a capitalized prefix of one too: "Tess"), number or two-letter word."""
     if len(w) < 3 or not any(c.isalpha() for c in w) or w in skip or (capitalized and is_name_prefix(w, skip)):
         return False
     stop = _keyword_extractor().stopword_set  # YAKE's English stopwords and ours
@@ -253,7 +253,7 @@ def topics_in(text: str, keyphrases: Sequence[str], max_topics: int = 3) -> list
 
 def topics_for(tokens: Sequence[str], max_topics: int = 4, names: Iterable[str] = ()) -> list[str]:
     """Topic names a query may match, in the form the encoder stores topics in: from the query's
-    words as written (adjacent, so that capitalized aliases such as "Mel" are known), its two-word
+    words as written (adjacent, so that capitalized aliases such as "Tess" are known), its two-word
     phrases of content words first, then its single content words (head word singular; no names,
     no adjective endings)."""
     skip = {n.lower() for n in names}

@@ -75,7 +75,7 @@ WD_REL_RE = re.compile(
 WD_ON_RE = re.compile(
     rf"\b(?:on\s+(?P<wd>{WD_FULL})(?![a-z])|(?P<wd2>{WD_FULL})\s+(?:morning|afternoon|evening|night)\b)", IGNORE_CASE
 )
-# Looked for just before an absolute day: "the week before 9 June 2023", "two weekends before ...".
+# Looked for just before an absolute day: "the week before 14 March 2024", "two weekends before ...".
 BEFORE_DAY_RE = re.compile(
     rf"(?:\b(?P<n>{NUM})\s+(?P<u>day|week|weekend|month)s?|(?:\bthe\s+)?\b(?P<k>day|night|week|weekend|month|{WD_FULL}))"
     r"\s+(?P<dir>before|after|of)\s+(?:the\s+)?$",
