@@ -222,6 +222,11 @@ def test_the_standing_channel_ranks_preferences_and_constraints_for_a_request_in
     # a time scope applies as in every channel
     only_r03 = WindowScope(np.arange(conv.records.n) == 3, np.ones(conv.turns.n, bool))
     assert standing("what should I try next?", 5, only_r03) == ["c1:r03"]
+    # "the user" is the asker only where someone talks to an assistant (an LLM planner's wording)
+    assert standing("find the user's preferred units", 5) == []
+    conv.with_assistant = True
+    assert standing("find the user's preferred units", 5) == ["c1:r05", "c1:r03"]
+    assert standing("find what the users' group decided", 5) == []  # another noun, not the asker
 
 
 def test_a_standing_instruction_is_a_constraint_and_chat_that_looks_like_one_is_not():

@@ -21,9 +21,10 @@ The built-in ones (DESIGN.md step 6):
   speakers, the turns that speaker said (and the records citing them) by vector: a second
   ranking within what that person said, where the answer nearly always is (focus.py). "speaker"
   names both; a route naming no speaker, or two, gets nothing from them.
-- standing: for a route in the asker's own voice ("I", "my", "you"), the preference and
-  constraint records alone (standing instructions: "always ... when I ask about ..."), which
-  govern a request on their subject yet share few words with it.
+- standing: for a route in the asker's own voice ("I", "my", "you"; "the user" where the asker
+  talks to an assistant), the preference and constraint records alone (standing instructions:
+  "always ... when I ask about ..."), which govern a request on their subject yet share few
+  words with it.
 - neighbor: the turns beside the route's best turns in their session (or the records citing
   them), where the fact often is when the question's words are in the turn before it; in
   conversations between people only, not with an assistant.
@@ -193,6 +194,9 @@ class SpeakerRecordChannel(Channel):
 # standing instructions and preferences govern; a question about someone else ("what does
 # Odalys like?") is answered by the facts the other channels rank, and gets nothing here.
 FIRST_OR_SECOND_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|i'm|i've|i'd|i'll|you|your|yours)\b", re.I)
+# how a planner model restates the asker of an assistant conversation ("find the user's
+# preferred units" for "which units do I like?")
+THE_USER = re.compile(r"\bthe user(?:'s)?\b", re.I)
 
 
 @register
@@ -208,9 +212,15 @@ class StandingChannel(Channel):
     tables = ("records",)
 
     def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
-        if not FIRST_OR_SECOND_PERSON.search(q.route.goal):
+        if not in_askers_voice(q.route.goal, q.conv.with_assistant):
             return []
         return pool.add_records(q.conv.records.top(q.sims["records"], q.k, q.within("records", q.conv.standing_records)))
+
+
+def in_askers_voice(goal: str, with_assistant: bool) -> bool:
+    """A route about the asker: "I", "my", "you" in its goal, or, in a conversation with an
+    assistant, "the user" (where the asker is the user, whom an LLM planner names so)."""
+    return bool(FIRST_OR_SECOND_PERSON.search(goal) or (with_assistant and THE_USER.search(goal)))
 
 
 def tables_read(channels: Iterable[Channel]) -> list[str]:
