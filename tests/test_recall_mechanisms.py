@@ -88,12 +88,16 @@ def test_the_first_selected_record_is_the_answer_only_with_the_names_stripped(st
 
 def test_speaker_channels_rank_only_what_the_named_speaker_said(store):
     question = "What hobbies does Ada have?"
-    r = retriever(store, "retrieval.channels=[speaker]", "retrieval.strip_speaker_names=false", "retrieval.top_k_per_channel=1")
+    # their depth is speaker_top_k, not top_k_per_channel
+    r = retriever(store, "retrieval.channels=[speaker]", "retrieval.strip_speaker_names=false", "retrieval.speaker_top_k=1")
     p = plan(question)
     rankings, pool = r.channel_rankings(CID, p, concept_embed(r.query_texts(CID, p, question)))
     # even with the name in the vector, Bo's question is out of scope: Ada's own answer is first
     assert rankings["r0:speaker_turn"] == [HOBBY_RECORD]
     assert rankings["r0:speaker_record"] == [HOBBY_RECORD]
+    deeper = retriever(store, "retrieval.channels=[speaker]", "retrieval.strip_speaker_names=false", "retrieval.speaker_top_k=2",
+                       "retrieval.top_k_per_channel=1").channel_rankings(CID, p, concept_embed(r.query_texts(CID, p, question)))[0]
+    assert len(deeper["r0:speaker_record"]) == 2 and deeper["r0:speaker_record"][0] == HOBBY_RECORD
     ada_turns = {f"D{s}:{i}" for i, (s, sp, _) in enumerate(TURNS) if sp == "Ada"}
     full = retriever(store, "retrieval.channels=[speaker]").channel_rankings(CID, p, concept_embed([question]))[1]
     assert {t for e in full.values() for t in e.source_turn_ids} <= ada_turns

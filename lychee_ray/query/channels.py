@@ -175,7 +175,7 @@ class SpeakerTurnChannel(Channel):
     def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
         if q.said is None:
             return []
-        hits = q.conv.docs.top(q.sims["docs"], q.k, q.within("turns", q.said.turns))
+        hits = q.conv.docs.top(q.sims["docs"], self.cfg.speaker_top_k, q.within("turns", q.said.turns))
         return pool.add_turn_hits(hits, q.scope.records if q.scope else None)
 
 
@@ -187,7 +187,7 @@ class SpeakerRecordChannel(Channel):
     def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
         if q.said is None:
             return []
-        return pool.add_records(q.conv.records.top(q.sims["records"], q.k, q.within("records", q.said.records)))
+        return pool.add_records(q.conv.records.top(q.sims["records"], self.cfg.speaker_top_k, q.within("records", q.said.records)))
 
 
 # A request in the asker's own voice ("what should I ...", "can you suggest ...") is one that
