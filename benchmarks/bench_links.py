@@ -28,7 +28,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.links_common import RESULTS, build_cost, build_store, config, fake_llm_overrides, fake_server, link_rows, segmented
+from benchmarks.links_common import build_cost, build_store, config, fake_llm_overrides, fake_server, link_rows, save_report, segmented
 from lychee_ray.embedding import Embedder
 
 
@@ -112,8 +112,7 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default=None, help="work folder (default: a temporary one)")
     args = p.parse_args(argv)
     report = run(args)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "links.json").write_text(json.dumps(report, indent=2))
+    save_report("links", report)
     print(json.dumps(report, indent=2))
     return report
 

@@ -38,7 +38,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from benchmarks.links_common import RESULTS, build_cost, build_store, config, fake_llm_overrides, fake_server, segmented
+from benchmarks.links_common import build_cost, build_store, config, fake_llm_overrides, fake_server, save_report, segmented
 from lychee_ray.embedding import Embedder
 from lychee_ray.evaluate.metrics import evidence_recall
 from lychee_ray.query.memory import Memory
@@ -177,8 +177,7 @@ def main(argv=None) -> dict:
     p.add_argument("--store", default=None, help="measure this existing store instead of ingesting --folders (--llm ignored)")
     args = p.parse_args(argv)
     report = run(args)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "links_beam.json").write_text(json.dumps(report, indent=2))
+    save_report("links_beam", report)
     brief = {k: ({kk: vv for kk, vv in v.items() if kk not in ("before", "after")} | {
         "before": {a: v["before"][a] for a in (*ABILITIES, "evidence_recall")},
         "after": {a: v["after"][a] for a in (*ABILITIES, "evidence_recall")}} if isinstance(v, dict) and "before" in v else v)

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.bench_links_beam import _nothing, judge, link_counts
-from benchmarks.links_common import RESULTS, build_store, config, fake_llm_overrides, fake_server, link_rows, segmented
+from benchmarks.links_common import build_store, config, fake_llm_overrides, fake_server, link_rows, save_report, segmented
 from lychee_ray.embedding import Embedder
 from lychee_ray.query.memory import Memory
 from lychee_ray.store.reader import open_store
@@ -97,8 +97,7 @@ def main(argv=None) -> dict:
     if not Path(args.data).is_file():
         raise SystemExit(f"bench_links_lme: no LongMemEval file at {args.data} (pass --data FILE)")
     report = run(args)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "links_lme.json").write_text(json.dumps(report, indent=2))
+    save_report("links_lme", report)
     print(json.dumps(report, indent=2))
     return report
 

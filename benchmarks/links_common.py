@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import shutil
 import time
 from pathlib import Path
@@ -23,6 +24,14 @@ from lychee_ray.store.writer import finalize_manifest, prepare_output
 REPO = Path(__file__).resolve().parent.parent
 LOCAL = REPO / "configs" / "local.yaml"
 RESULTS = REPO / "benchmarks" / "results"
+
+
+def save_report(name: str, report: dict) -> Path:
+    """benchmarks/results/<name>.json."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(report, indent=2))
+    return path
 
 
 def config(*overrides: str) -> LycheeConfig:
