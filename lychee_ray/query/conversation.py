@@ -176,8 +176,8 @@ class LoadedConversation:
         # things done, what they like and must avoid
         self.standing_records = np.array([t in STANDING_TYPES for t in self.records.cols["type"]], dtype=bool)
         # a person talking to an assistant, not people talking to each other (channels.py's
-        # neighbor channel reads it)
-        self.with_assistant = with_assistant(self.turns.cols["role"], self.turns.cols["speaker"])
+        # neighbor and standing channels read it); a table built by hand may lack either column
+        self.with_assistant = with_assistant(self.turns.cols.get("role", ()), self.turns.cols.get("speaker", ()))
 
     @classmethod
     def load(cls, store: Store, conversation_id: str) -> "LoadedConversation":
