@@ -43,7 +43,7 @@ from lychee_ray.query.validity import Validity, derive_validity
 from lychee_ray.store.reader import Store
 from lychee_ray.store.search import Bm25Index, bm25_order, build_bm25
 from lychee_ray.query.turn_docs import TurnDocs, cosine_rows
-from lychee_ray.rules.lexicon import ASSISTANT_ROLES
+from lychee_ray.rules.encoder import said_by_assistant
 from lychee_ray.table_model import Row
 from lychee_ray.tables import Node, Passage, Record, Turn
 
@@ -147,9 +147,10 @@ STANDING_TYPES = frozenset({"preference", "constraint"})
 
 
 def with_assistant(roles: Sequence[str | None], speakers: Sequence[str | None]) -> bool:
-    """Whether any turn is an assistant's, by its role or by its speaker (sources that give
-    roles as speakers), as the rules encoder's `is_assistant` reads one turn."""
-    return any((value or "").lower() in ASSISTANT_ROLES for value in (*roles, *speakers))
+    """Whether any turn is an assistant's (the rules encoder's `is_assistant`, on columns; a
+    missing column is empty)."""
+    n = max(len(roles), len(speakers))
+    return any(said_by_assistant(r, s) for r, s in zip(roles or [None] * n, speakers or [None] * n))
 
 
 class LoadedConversation:

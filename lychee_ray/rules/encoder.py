@@ -68,7 +68,12 @@ class _Unit:
 
 def is_assistant(turn: Turn) -> bool:
     """An assistant's turn (by its role, or its speaker when the source gives roles as speakers)."""
-    return (turn.role or "").lower() in ASSISTANT_ROLES or (turn.speaker or "").lower() in ASSISTANT_ROLES
+    return said_by_assistant(turn.role, turn.speaker)
+
+
+def said_by_assistant(role: str | None, speaker: str | None) -> bool:
+    """`is_assistant` on a turn's two columns (query/conversation.py reads them as columns)."""
+    return (role or "").lower() in ASSISTANT_ROLES or (speaker or "").lower() in ASSISTANT_ROLES
 
 
 def _is_question(sentence: str) -> bool:
