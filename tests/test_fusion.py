@@ -49,9 +49,9 @@ def test_rrf_scores_do_not_depend_on_channel_order():
 
 def test_rrf_rewards_agreement_over_a_single_top_rank():
     # "m" is 2nd in both channels, "t" 1st in one only: agreement wins.
-    fused = rrf_fuse([["t", "m"], ["z", "m"]])
+    fused = rrf_fuse([["t", "m"], ["z", "m"]])  # the default kappa, 30
     assert fused[0][0] == "m"
-    assert math.isclose(fused[0][1], 2 / 62)
+    assert math.isclose(fused[0][1], 2 / 32)
 
 
 def test_rrf_empty_inputs():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from lychee_ray.query.focus import focus_speaker, named_speakers, strip_names, vector_text
+from lychee_ray.query.focus import asks_for_many, focus_speaker, named_speakers, strip_names, vector_text
 from lychee_ray.query.retrieve import Retriever
 from lychee_ray.rules.planner import RulesPlanner
 from lychee_ray.schemas import QueryPlan, Route
@@ -68,6 +68,28 @@ def test_the_focus_is_the_one_named_speaker():
     assert vector_text(route("What hobbies does Ada have?", ["Ada"]), speakers, strip=False) == "What hobbies does Ada have?"
 
 
+def test_a_plural_ask_is_a_what_or_which_with_a_plural_before_its_auxiliary():
+    many = ["Which board games has Ivo bought this year?", "what spices does Ivo keep in the van",
+            "Which kinds of festivals have they attended?", "Find out what tools the user lent: what tools has the user lent?"]
+    one = ["What is Ivo's job?", "What did Tess buy?", "What does Ivo do?", "Where has Ivo lived?",
+           "What has Ivo done?", "What does Tess's brother do?", "What was the bus fare?"]
+    assert [asks_for_many(route(g)) for g in many] == [True] * len(many)
+    assert [asks_for_many(route(g)) for g in one] == [False] * len(one)
+
+
+def test_a_plural_ask_ranks_every_channel_as_deep_as_plural_ask_top_k(store):
+    """One list deep for a single fact, three deep for "what hobbies ...", speaker channels too."""
+    depth = ("retrieval.channels=[record_vector,speaker]", "retrieval.top_k_per_channel=1", "retrieval.speaker_top_k=1")
+    for question, sets, want in (("What is Ada's hobby?", ("retrieval.plural_ask_top_k=3",), 1),
+                                 ("What hobbies does Ada have?", ("retrieval.plural_ask_top_k=3",), 3),
+                                 ("What hobbies does Ada have?", ("retrieval.plural_ask_top_k=0",), 1)):
+        r = retriever(store, *depth, *sets)
+        p = plan(question)
+        rankings, _ = r.channel_rankings(CID, p, concept_embed(r.query_texts(CID, p, question)))
+        assert {name: len(keys) for name, keys in rankings.items()} == {
+            "r0:record_vector": want, "r0:speaker_turn": want, "r0:speaker_record": want}, question
+
+
 # ---------------------------------------------------------------------------- speaker focus
 def test_without_the_name_the_query_vector_finds_the_speakers_own_turn(store):
     question = "What hobbies does Ada have?"
@@ -88,15 +110,16 @@ def test_the_first_selected_record_is_the_answer_only_with_the_names_stripped(st
 
 def test_speaker_channels_rank_only_what_the_named_speaker_said(store):
     question = "What hobbies does Ada have?"
-    # their depth is speaker_top_k, not top_k_per_channel
-    r = retriever(store, "retrieval.channels=[speaker]", "retrieval.strip_speaker_names=false", "retrieval.speaker_top_k=1")
+    # their depth is speaker_top_k, not top_k_per_channel (the plural ask's depth is off here)
+    r = retriever(store, "retrieval.channels=[speaker]", "retrieval.strip_speaker_names=false", "retrieval.speaker_top_k=1",
+                  "retrieval.plural_ask_top_k=0")
     p = plan(question)
     rankings, pool = r.channel_rankings(CID, p, concept_embed(r.query_texts(CID, p, question)))
     # even with the name in the vector, Bo's question is out of scope: Ada's own answer is first
     assert rankings["r0:speaker_turn"] == [HOBBY_RECORD]
     assert rankings["r0:speaker_record"] == [HOBBY_RECORD]
     deeper = retriever(store, "retrieval.channels=[speaker]", "retrieval.strip_speaker_names=false", "retrieval.speaker_top_k=2",
-                       "retrieval.top_k_per_channel=1").channel_rankings(CID, p, concept_embed(r.query_texts(CID, p, question)))[0]
+                       "retrieval.top_k_per_channel=1", "retrieval.plural_ask_top_k=0").channel_rankings(CID, p, concept_embed(r.query_texts(CID, p, question)))[0]
     assert len(deeper["r0:speaker_record"]) == 2 and deeper["r0:speaker_record"][0] == HOBBY_RECORD
     ada_turns = {f"D{s}:{i}" for i, (s, sp, _) in enumerate(TURNS) if sp == "Ada"}
     full = retriever(store, "retrieval.channels=[speaker]").channel_rankings(CID, p, concept_embed([question]))[1]

@@ -10,6 +10,10 @@ benchmarks/dev_recall.py):
 - a question that names exactly one speaker is nearly always answered by what that speaker said
   (95-100% of the gold turns per category), so that speaker's turns and records are a scope a
   channel can rank within (`focus_speaker`, the `speaker_*` channels).
+- a question that asks for several things ("which board games has he bought?", "what spices do
+  they keep?") is answered by facts spread over many sessions that share little wording
+  with the question or each other, so each channel's list must go deeper to hold them
+  (`asks_for_many`, `retrieval.plural_ask_top_k`).
 
 Pure string work, no I/O.
 """
@@ -24,6 +28,14 @@ from lychee_ray.rules.lexicon import ROLE_SPEAKERS
 from lychee_ray.schemas import Route
 
 _WORD_RE = re.compile(r"[\w'’-]+")
+# "what/which [kinds of] <up to 3 words ending in a plural> <auxiliary>": "what board games does",
+# "which kinds of festivals have", "what tools has". A plural noun right before the auxiliary is
+# the thing asked for; "what is", "what did she buy" (no plural) do not match.
+_PLURAL_ASK_RE = re.compile(
+    r"\b(?:what|which)\s+(?:(?:kinds?|types?|sorts?)\s+of\s+)?(?:[\w+'’-]+\s+){0,2}?[\w+'’-]+s\s+"
+    r"(?:has|have|had|does|do|did|is|are|was|were|can|could|would|will)\b",
+    re.IGNORECASE,
+)
 
 
 def strip_names(text: str, names: Iterable[str]) -> str:
@@ -49,6 +61,11 @@ def focus_speaker(route: Route, speakers: Sequence[str]) -> str | None:
     """The one speaker the route asks about; None when it names none or several."""
     named = named_speakers(route, speakers)
     return named[0] if len(named) == 1 else None
+
+
+def asks_for_many(route: Route) -> bool:
+    """Whether the route's goal asks for several things of one kind (`_PLURAL_ASK_RE`)."""
+    return _PLURAL_ASK_RE.search(route.goal) is not None
 
 
 def vector_text(route: Route, speakers: Sequence[str], strip: bool = True) -> str:

@@ -5,7 +5,7 @@ return a ranked list of candidate ids. This module turns those lists into the ev
 into the answer prompt:
 
 1. `rrf_fuse` merges the channel rankings with Reciprocal Rank Fusion,
-   RRF(d) = sum_j 1 / (kappa + rank_j(d)), kappa = 60 by default (`RetrievalConfig.rrf_kappa`).
+   RRF(d) = sum_j 1 / (kappa + rank_j(d)), kappa = 30 by default (`RetrievalConfig.rrf_kappa`, which says why).
 2. `mmr_select` picks a diverse subset under the context token budget with greedy maximal
    marginal relevance (`RetrievalConfig.mmr_lambda`, `RetrievalConfig.context_token_budget`).
 3. `budget_topk` is the same budget rule without diversity: the "no selection" ablation and the
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-def rrf_fuse(rankings: Sequence[Sequence[str]], kappa: float = 60.0) -> list[tuple[str, float]]:
+def rrf_fuse(rankings: Sequence[Sequence[str]], kappa: float = 30.0) -> list[tuple[str, float]]:
     """Fuse ranked id lists with Reciprocal Rank Fusion.
 
     Ranks are 1-based. An id that appears twice in one ranking counts once, at its best (first)

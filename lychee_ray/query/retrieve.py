@@ -22,7 +22,7 @@ from lychee_ray.query.channels import (
 )
 from lychee_ray.query.conversation import LoadedConversation, cache_for
 from lychee_ray.query.evidence import CandidatePool, Evidence
-from lychee_ray.query.focus import focus_speaker, route_text, vector_text
+from lychee_ray.query.focus import asks_for_many, focus_speaker, route_text, vector_text
 from lychee_ray.query.fusion import budget_topk, mmr_select, rrf_fuse
 from lychee_ray.query.validity_rank import ValidityUnit
 from lychee_ray.schemas import QueryPlan, Route
@@ -95,13 +95,22 @@ class Retriever:
             scope = self._scope(conv, window) if window else None
             speaker = focus_speaker(route, speakers)
             said = WindowScope(*conv.said_by(speaker)) if speaker else None
-            query = RouteQuery(conv, route, qv, {t: s[r_idx] for t, s in sims.items()}, window, scope, self.cfg.top_k_per_channel, said)
+            k, speaker_k = self._depths(route)
+            query = RouteQuery(conv, route, qv, {t: s[r_idx] for t, s in sims.items()}, window, scope, k, said, speaker_k)
             for channel in self.channels:
                 rankings[f"r{r_idx}:{channel.name}"] = channel.rank(query, pool)
         memo = conv.token_memo((self.count_tokens, self.cfg.evidence_sources))  # charges counted by earlier questions
         for e in pool.values():
             e.tokens = memo.get(e.memo_key, 0)
         return {name: r for name, r in rankings.items() if r}, pool
+
+    def _depths(self, route: Route) -> tuple[int, int]:
+        """How deep the channels rank for this route, and the speaker channels: at least
+        `plural_ask_top_k` for a question asking for several things (focus.asks_for_many)."""
+        k, speaker_k = self.cfg.top_k_per_channel, self.cfg.speaker_top_k
+        if self.cfg.plural_ask_top_k and asks_for_many(route):
+            return max(k, self.cfg.plural_ask_top_k), max(speaker_k, self.cfg.plural_ask_top_k)
+        return k, speaker_k
 
     def _scope(self, conv: LoadedConversation, window: tuple[str | None, str | None]) -> WindowScope | None:
         """Under time_routes=filter, what a windowed route may return: the records in the window
