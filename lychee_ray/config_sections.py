@@ -341,11 +341,12 @@ class RetrievalConfig(_Section):
     # at 1,500 tokens 0.890 -> 0.896, multi-hop 0.779 -> 0.791); a deeper list for every channel
     # (50-100) gained as much there but cost BEAM 100K 0.7-0.9 points.
     speaker_top_k: int = Field(60, ge=1)
-    # A question asking for several things of one kind ("which board games has he bought?",
-    # query/focus.py's asks_for_many) ranks at least this deep in every channel, speaker channels
-    # included: its facts are spread over sessions and share little wording with it. 100 chosen
-    # on the LoCoMo tune part over 60 and 150 (multi-hop at 1,500 tokens 0.788 -> 0.800; 150 gave
-    # what 100 did). Only such questions pay for the depth; 0: off (ablation).
+    # A question asking for several things of one kind ("which board games has he bought?", "how
+    # many clocks has she restored?": query/focus.py's asks_for_many) ranks at least this deep in
+    # every channel, speaker channels included: its facts are spread over sessions and share
+    # little wording with it. 100 chosen on the LoCoMo tune part over 60 and 150 (multi-hop at
+    # 1,500 tokens 0.788 -> 0.807; 150 gave what 100 did). Only such questions pay for the depth;
+    # 0: off (ablation).
     plural_ask_top_k: int = Field(100, ge=0)
     # RRF(d) = sum_j 1/(kappa + rank_j(d)). 30, not the usual 60: a smaller kappa lets one
     # channel's first hits outweigh several channels' middling ones, which a small budget needs

@@ -70,9 +70,10 @@ def test_the_focus_is_the_one_named_speaker():
 
 def test_a_plural_ask_is_a_what_or_which_with_a_plural_before_its_auxiliary():
     many = ["Which board games has Ivo bought this year?", "what spices does Ivo keep in the van",
-            "Which kinds of festivals have they attended?", "Find out what tools the user lent: what tools has the user lent?"]
+            "Which kinds of festivals have they attended?", "Find out what tools the user lent: what tools has the user lent?",
+            "How many board games does Ivo own?", "how many old clocks has Ada restored"]
     one = ["What is Ivo's job?", "What did Tess buy?", "What does Ivo do?", "Where has Ivo lived?",
-           "What has Ivo done?", "What does Tess's brother do?", "What was the bus fare?"]
+           "What has Ivo done?", "What does Tess's brother do?", "What was the bus fare?", "How much is the bus fare?"]
     assert [asks_for_many(route(g)) for g in many] == [True] * len(many)
     assert [asks_for_many(route(g)) for g in one] == [False] * len(one)
 

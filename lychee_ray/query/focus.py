@@ -30,10 +30,12 @@ from lychee_ray.schemas import Route
 _WORD_RE = re.compile(r"[\w'’-]+")
 # "what/which [kinds of] <up to 3 words ending in a plural> <auxiliary>": "what board games does",
 # "which kinds of festivals have", "what tools has". A plural noun right before the auxiliary is
-# the thing asked for; "what is", "what did she buy" (no plural) do not match.
+# the thing asked for; "what is", "what did she buy" (no plural) do not match. "how many <plural>"
+# asks for every one of them too, to count them.
 _PLURAL_ASK_RE = re.compile(
     r"\b(?:what|which)\s+(?:(?:kinds?|types?|sorts?)\s+of\s+)?(?:[\w+'’-]+\s+){0,2}?[\w+'’-]+s\s+"
-    r"(?:has|have|had|does|do|did|is|are|was|were|can|could|would|will)\b",
+    r"(?:has|have|had|does|do|did|is|are|was|were|can|could|would|will)\b"
+    r"|\bhow many\s+(?:[\w+'’-]+\s+){0,2}?[\w+'’-]+s\b",
     re.IGNORECASE,
 )
 
