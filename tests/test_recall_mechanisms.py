@@ -68,7 +68,7 @@ def test_the_focus_is_the_one_named_speaker():
     assert vector_text(route("What hobbies does Ada have?", ["Ada"]), speakers, strip=False) == "What hobbies does Ada have?"
 
 
-def test_a_plural_ask_is_a_what_or_which_with_a_plural_before_its_auxiliary():
+def test_a_plural_ask_names_a_plural_after_what_which_or_how_many():
     many = ["Which board games has Ivo bought this year?", "what spices does Ivo keep in the van",
             "Which kinds of festivals have they attended?", "Find out what tools the user lent: what tools has the user lent?",
             "How many board games does Ivo own?", "how many old clocks has Ada restored"]
