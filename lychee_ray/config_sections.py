@@ -345,14 +345,14 @@ class RetrievalConfig(_Section):
     # many clocks has she restored?": query/focus.py's asks_for_many) ranks at least this deep in
     # every channel, speaker channels included: its facts are spread over sessions and share
     # little wording with it. 100 chosen on the LoCoMo tune part over 60 and 150 (multi-hop at
-    # 1,500 tokens 0.788 -> 0.807; 150 gave what 100 did). Only such questions pay for the depth;
-    # 0: off (ablation).
+    # 1,500 tokens 0.788 -> 0.807; 150 gave what 100 did, measured before "how many" joined).
+    # Only such questions pay for the depth; 0: off (ablation).
     plural_ask_top_k: int = Field(100, ge=0)
     # RRF(d) = sum_j 1/(kappa + rank_j(d)). 30, not the usual 60: a smaller kappa lets one
     # channel's first hits outweigh several channels' middling ones, which a small budget needs
-    # most. Chosen on the LoCoMo tune part over 10, 20, 40 and 60 (recall at 1,500 / 250 tokens:
-    # 0.896 / 0.717 at 60, 0.899 / 0.728 at 30; 20 tied on the sum, 30 is the smaller step from
-    # 60); configs/paper.yaml keeps 60.
+    # most. Chosen on the LoCoMo tune part over 10, 20, 40 and 60, before the plural-ask depth
+    # (recall at 1,500 / 250 tokens: 0.896 / 0.717 at 60, 0.899 / 0.728 at 30; 20 tied on the
+    # sum, 30 is the smaller step from 60); configs/paper.yaml keeps 60.
     rrf_kappa: float = Field(30.0, ge=0)
     fusion: Literal["rrf", "none"] = "rrf"  # none: a single channel's plain top-k (ablation)
     mmr_lambda: float = 0.7  # relevance vs. diversity in MMR selection

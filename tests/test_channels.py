@@ -129,12 +129,12 @@ def test_hostile_ids_and_text_match_nothing_and_change_nothing(store):
 
 
 # ---------------------------------------------------------------------------- channels as units
-def route_query(conv, route: Route, qv, scope=None, k=30) -> RouteQuery:
+def route_query(conv, route: Route, qv, scope=None, k=30, speaker_k=60) -> RouteQuery:
     q = conv.check_queries(qv)
     sims = {t: getattr(conv, t).cosine(q)[0] for t in ("records", "nodes", "docs")}
     tw = route.time_window
     window = (tw.start, tw.end) if tw else None
-    return RouteQuery(conv, route, q[0], sims, window, scope, k)
+    return RouteQuery(conv, route, q[0], sims, window, scope, k, speaker_k)
 
 
 def test_channels_rank_what_each_promises(store):

@@ -63,9 +63,9 @@ class RouteQuery:
     sims: dict[str, np.ndarray]  # table -> this route's cosine to each row that has a vector
     window: tuple[str | None, str | None] | None  # the route's time window, when it has one
     scope: WindowScope | None
-    k: int  # top_k_per_channel (deeper for a plural ask: retrieve.py)
+    k: int  # how deep a channel ranks: top_k_per_channel, deeper for a plural ask (Retriever._depths)
+    speaker_k: int  # how deep the speaker channels rank: speaker_top_k, deeper for a plural ask
     said: WindowScope | None = None  # the turns the route's one named speaker said, and their records (focus.py)
-    speaker_k: int | None = None  # the speaker channels' depth (None: retrieval.speaker_top_k)
 
     def within(self, table: str, mask: np.ndarray | None) -> np.ndarray | None:
         """`mask` and the time scope of `table` ("records" or "turns") together (None: no limit)."""
@@ -176,7 +176,7 @@ class SpeakerTurnChannel(Channel):
     def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
         if q.said is None:
             return []
-        hits = q.conv.docs.top(q.sims["docs"], q.speaker_k or self.cfg.speaker_top_k, q.within("turns", q.said.turns))
+        hits = q.conv.docs.top(q.sims["docs"], q.speaker_k, q.within("turns", q.said.turns))
         return pool.add_turn_hits(hits, q.scope.records if q.scope else None)
 
 
@@ -188,7 +188,7 @@ class SpeakerRecordChannel(Channel):
     def rank(self, q: RouteQuery, pool: CandidatePool) -> list[str]:
         if q.said is None:
             return []
-        return pool.add_records(q.conv.records.top(q.sims["records"], q.speaker_k or self.cfg.speaker_top_k, q.within("records", q.said.records)))
+        return pool.add_records(q.conv.records.top(q.sims["records"], q.speaker_k, q.within("records", q.said.records)))
 
 
 # A request in the asker's own voice ("what should I ...", "can you suggest ...") is one that

@@ -96,7 +96,7 @@ class Retriever:
             speaker = focus_speaker(route, speakers)
             said = WindowScope(*conv.said_by(speaker)) if speaker else None
             k, speaker_k = self._depths(route)
-            query = RouteQuery(conv, route, qv, {t: s[r_idx] for t, s in sims.items()}, window, scope, k, said, speaker_k)
+            query = RouteQuery(conv, route, qv, {t: s[r_idx] for t, s in sims.items()}, window, scope, k, speaker_k, said)
             for channel in self.channels:
                 rankings[f"r{r_idx}:{channel.name}"] = channel.rank(query, pool)
         memo = conv.token_memo((self.count_tokens, self.cfg.evidence_sources))  # charges counted by earlier questions
