@@ -44,6 +44,8 @@ SHOULD_LINK = [
     ("I have never been to Veldmark.", "When I was in Veldmark the market was closed.", "contradicts"),
     ("I wrote the parser in Rust last month.", "I have never written any Rust code.", "contradicts"),  # BEAM's order: the denial comes later
     ("I always cycle to the office.", "I never cycle to the office, it is too far.", "contradicts"),
+    # what a number measures is named by the words just before it, however long the clause
+    ("The oven preheat cut my morning bake time by 20%.", "I'm kinda curious how the new proofing box helped cut my morning bake time by 35%.", "supersedes"),
 ]
 
 MUST_NOT_LINK = [
@@ -62,6 +64,8 @@ MUST_NOT_LINK = [
     ("I have never used Terraform.", "I read a long article about Terraform."),  # reading about it is not using it
     ("I have never been to Veldmark.", "I have still never been to Veldmark."),  # the same denial again
     ("I am a beekeeper.", "I am a huge fan of jazz now."),  # "a X now" without work words is no job
+    ("We got a 12% budget increase for the garden club.", "Our newsletter had a 35% increase from June now."),  # "increase" names no thing
+    ("I'm kinda proud the bakery orders grew by 18%.", "I'm kinda curious how the new oven cut baking time by 30%."),  # "kinda" neither
 ]
 
 

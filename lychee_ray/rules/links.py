@@ -19,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from lychee_ray.rules.slots import DO_VERBS, PLACE_VERBS, Claim, Reading, Slot, read_record
+from lychee_ray.rules.lexicon import STOPWORDS
+from lychee_ray.rules.slots import DO_VERBS, NOT_A_THING, PLACE_VERBS, Claim, Reading, Slot, read_record
+from lychee_ray.rules.text import singular
 from lychee_ray.tables import Record
 
 MAX_LINKS_PER_RECORD = 3  # a record replaces at most this many earlier ones (most recent first)
@@ -114,7 +116,7 @@ def same_value(a: Slot, b: Slot) -> bool:
 
 
 def _words_of(phrase: str) -> set[str]:
-    return {w for w in phrase.split() if len(w) > 2 and w not in ("the", "per", "each", "one", "and")}
+    return {singular(w) for w in phrase.split() if len(w) > 2 and w not in STOPWORDS and w not in ("per", "each", "one")} - NOT_A_THING
 
 
 def conflicting(a: Claim, b: Claim) -> bool:

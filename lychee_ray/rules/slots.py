@@ -77,6 +77,13 @@ _NOT_UNIT = _DAY_AND_MONTH_NAMES | frozenset(MONTH_NUM) | frozenset(
 # verbs that only link a thing to its measure ("takes 400 ms", "is down to"): no part of the thing
 _MEASURING = frozenset("take takes took cost costs weigh weighs measure measures last lasts hit hits reach reaches reached sit sits stand stands come comes run runs down up".split())
 _VAGUE = frozenset("around about roughly approximately nearly almost only already currently still just even total overall average".split())
+# words around a number that say it changed or how the speaker feels, never what it measures: "a 12%
+# salary increase" and "a 35% increase in views" share "increase", "kinda" is in half of a chat's lines
+NOT_A_THING = frozenset(
+    "increase decrease reduce reduction improve improvement boost cut drop growth grow gain rise raise lower jump change "
+    "kinda sorta curious worried excited happy glad proud sure wondering thinking".split()
+)
+THING_WINDOW = 5  # a number measures what the last few words before it name, not its whole clause
 # a later number replaces an earlier one only when its sentence says it changed (or is the news)
 _UPDATE_CUE = re.compile(
     r"(?i)\b(?:now|new|newly|updated?|updates|improved|reduced|increased|decreased|dropped|grew|grown|rose|risen|fell|fallen|"
@@ -261,7 +268,8 @@ def _quantities(clause: str, sentence: str, speaker: str) -> list[Slot]:
             continue
         post = _TRAILING_FILLER.sub(" ", m["post"].lower())
         post = " ".join(re.split(r"\b(?:and|but|so|because|with|after|since|which)\b", post)[0].split()[:4])
-        pre = _thing_words(re.split(r"(?i),|\b(?:and|but|so|because|with|after)\b", before)[-1], speaker)
+        nearest = re.split(r"(?i),|\b(?:and|but|so|because|with|after)\b", before)[-1].split()[-THING_WINDOW:]
+        pre = _thing_words(" ".join(nearest), speaker)
         if re.match(r"(?:of|for|on|at|in)\b", post):  # "61% of the billing module": what is measured
             pre |= _thing_words(post, speaker) - _GENERIC_OBJECT
         value = f"{float(m['n'].replace(',', '')):g}"
@@ -277,7 +285,7 @@ def _unit(word: str) -> str:
 def _thing_words(text: str, speaker: str) -> frozenset[str]:
     """The words that name what a number measures: no verbs of measuring or changing, no -ed /
     -ing / -ly words, no vague qualifiers ("around", "already")."""
-    return frozenset(w for w in _words(text, speaker) - _MEASURING - _VAGUE if not w.endswith(("ed", "ing", "ly")))
+    return frozenset(w for w in _words(text, speaker) - _MEASURING - _VAGUE - NOT_A_THING if not w.endswith(("ed", "ing", "ly")))
 
 
 def _claims(clause: str, pats: dict, speaker: str) -> list[Claim]:
