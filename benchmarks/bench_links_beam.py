@@ -15,6 +15,13 @@ channels, fusion, MMR under retrieval.context_token_budget) twice, with `retriev
 - evidence recall (evaluate/metrics.py) of every question of the folders run, whatever its
   ability, before and after: the validity unit must not cost recall (it brings successors and
   partners in under the same budget, so it may evict something).
+From the links alone (no retrieval): the share of the two abilities' questions whose labelled pair
+a link joins (knowledge_update: a `supersedes` link from a record citing an updated_info message to
+one citing an original_info one; contradiction_resolution: a `contradicts` link between the two
+statements, either way), and the share of links that join some question's labelled pair. BEAM
+labels only the changes it asks about, so that second share is a lower bound on precision.
+Every figure is given for all folders and for two fixed parts: folders 1-10 (tune: the detector's
+wording may be read and changed on them) and 11-20 (check: report only).
 A message split into parts by the reader ("66#p2") counts as its message. The labels were written
 by BEAM's generating LLM and are noisy (see the data README); the shares are over every question
 of the two abilities in the folders run, whatever the label quality.
@@ -38,7 +45,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from benchmarks.links_common import build_cost, build_store, config, fake_llm_overrides, fake_server, save_report, segmented
+from benchmarks.links_common import build_cost, build_store, config, fake_llm_overrides, fake_server, link_rows, save_report, segmented
 from lychee_ray.embedding import Embedder
 from lychee_ray.evaluate.metrics import evidence_recall
 from lychee_ray.query.memory import Memory
@@ -46,6 +53,14 @@ from lychee_ray.store.reader import open_store
 
 BEAM = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "beam" / "100K"
 ABILITIES = ("knowledge_update", "contradiction_resolution")
+PAIR_ROLES = {"knowledge_update": ("supersedes", "original_info", "updated_info"),
+              "contradiction_resolution": ("contradicts", "first_statement", "second_statement")}
+TUNE_FOLDERS = frozenset(str(n) for n in range(1, 11))  # 11-20: the check part
+
+
+def part_of(conversation_id: str) -> str:
+    """tune (folders 1-10) or check (11-20), from the reader's name beam-100K-<folder>."""
+    return "tune" if conversation_id.rsplit("-", 1)[-1] in TUNE_FOLDERS else "check"
 
 
 def message(turn_id: str) -> str:
@@ -80,8 +95,34 @@ def judge(q: dict, items) -> dict:
     return {"both_in_context": both, "marked_conflicting": marked, "ok": both and marked}
 
 
+def joins(link: dict, q: dict) -> bool:
+    """Whether a link (link_rows' shape) joins q's labelled pair (module docstring)."""
+    kind, old_role, new_role = PAIR_ROLES[q["category"]]
+    if link["kind"] != kind or link["conversation_id"] != q["conversation_id"]:
+        return False
+    roles = by_role(q)
+    old, new = roles.get(old_role, set()), roles.get(new_role, set())
+    said_old, said_new = {message(t) for t in link["old_turns"]}, {message(t) for t in link["new_turns"]}
+    return bool(new & said_new and old & said_old) or (kind == "contradicts" and bool(old & said_new and new & said_old))
+
+
+def pair_figures(qs: list[dict], links: list[dict]) -> dict:
+    """Per part: the share of each ability's questions whose pair a link joins, and the share of
+    links joining some labelled pair (a lower bound on precision)."""
+    asked = [q for q in qs if q["category"] in ABILITIES]
+    out = {}
+    for part, keep in (("all", lambda c: True), ("tune", lambda c: part_of(c) == "tune"), ("check", lambda c: part_of(c) == "check")):
+        mine = [x for x in links if keep(x["conversation_id"])]
+        on_pair = sum(any(joins(x, q) for q in asked) for x in mine)
+        out[part] = {"links": len(mine), "links_on_a_labelled_pair": on_pair, **{
+            a: {"n": len(rows), "pair_linked": sum(any(joins(x, q) for x in mine) for q in rows)}
+            for a in ABILITIES for rows in [[q for q in asked if q["category"] == a and keep(q["conversation_id"])]]}}
+    return out
+
+
 def measure(store_dir: Path, cfg_overrides: list[str], embedder: Embedder) -> dict:
-    out: dict = {}
+    cfg = config(*cfg_overrides)
+    out: dict = {"pairs": pair_figures(questions(store_dir, cfg), link_rows(store_dir, cfg))}
     for label, validity in (("before", "false"), ("after", "true")):
         cfg = config(*cfg_overrides, f"retrieval.validity={validity}")
         per_q = []
@@ -90,6 +131,8 @@ def measure(store_dir: Path, cfg_overrides: list[str], embedder: Embedder) -> di
                 items = memory.recall(q["conversation_id"], q["question"]).items
                 per_q.append(judged(q, items))
         out[label] = summarize(per_q)
+        for part in ("tune", "check"):
+            out[label][part] = summarize([r for r in per_q if part_of(r["conversation_id"]) == part])
         out[label]["questions"] = per_q
     return out
 
@@ -97,7 +140,8 @@ def measure(store_dir: Path, cfg_overrides: list[str], embedder: Embedder) -> di
 def judged(q: dict, items) -> dict:
     """One question's row: its evidence recall, and for the two abilities what `judge` says."""
     retrieved = [t for i in items for t in i.source_turn_ids]
-    row = {"question_id": q["question_id"], "category": q["category"], "evidence_recall": evidence_recall(q["evidence_turn_ids"] or [], retrieved)}
+    row = {"question_id": q["question_id"], "conversation_id": q["conversation_id"], "category": q["category"],
+           "evidence_recall": evidence_recall(q["evidence_turn_ids"] or [], retrieved)}
     return row | (judge(q, items) if q["category"] in ABILITIES else {})
 
 
@@ -107,7 +151,7 @@ def summarize(per_q: list[dict]) -> dict:
     out = {}
     for ability in ABILITIES:
         rows = [r for r in per_q if r["category"] == ability]
-        keys = [k for k in (rows[0] if rows else {}) if k not in ("question_id", "category")]
+        keys = [k for k in (rows[0] if rows else {}) if k not in ("question_id", "conversation_id", "category")]
         out[ability] = {"n": len(rows), **{k: _mean([r[k] for r in rows]) for k in keys}} if rows else {"n": 0}
     with_evidence = [r["evidence_recall"] for r in per_q if r["evidence_recall"] is not None]
     out["evidence_recall"] = {"n": len(with_evidence), "mean": _mean(with_evidence)}
@@ -179,8 +223,8 @@ def main(argv=None) -> dict:
     report = run(args)
     save_report("links_beam", report)
     brief = {k: ({kk: vv for kk, vv in v.items() if kk not in ("before", "after")} | {
-        "before": {a: v["before"][a] for a in (*ABILITIES, "evidence_recall")},
-        "after": {a: v["after"][a] for a in (*ABILITIES, "evidence_recall")}} if isinstance(v, dict) and "before" in v else v)
+        "before": {a: v["before"][a] for a in (*ABILITIES, "evidence_recall", "tune", "check")},
+        "after": {a: v["after"][a] for a in (*ABILITIES, "evidence_recall", "tune", "check")}} if isinstance(v, dict) and "before" in v else v)
         for k, v in report.items()}
     print(json.dumps(brief, indent=2))
     return report

@@ -6,7 +6,7 @@ message), and how bench_links_lme tells LongMemEval's old evidence turn from its
 from __future__ import annotations
 
 from benchmarks.bench_links import score
-from benchmarks.bench_links_beam import judged, summarize
+from benchmarks.bench_links_beam import judged, pair_figures, part_of, summarize
 from benchmarks.bench_links_lme import linked, roles_by_time
 from lychee_ray.llm.prompts import ValidityNote
 from lychee_ray.query.memory import MemoryItem
@@ -42,8 +42,8 @@ def item(turns: tuple[str, ...], note: ValidityNote | None = None) -> MemoryItem
                       kind="record", key="r-" + "-".join(turns), note=note)
 
 
-def question(qid: str, category: str, evidence: list[str], roles: list[str] | None = None) -> dict:
-    return {"question_id": qid, "category": category, "evidence_turn_ids": evidence, "evidence_roles": roles or []}
+def question(qid: str, category: str, evidence: list[str], roles: list[str] | None = None, conv: str = "beam-100K-3") -> dict:
+    return {"question_id": qid, "conversation_id": conv, "category": category, "evidence_turn_ids": evidence, "evidence_roles": roles or []}
 
 
 def test_beam_rows_judge_the_abilities_and_measure_recall_on_every_question():
@@ -80,3 +80,20 @@ def test_longmemeval_update_roles_come_from_the_evidence_turns_times_and_a_link_
     assert not linked(q, [link("supersedes", ["s2:0"], ["s1:4"], "rules")])  # the wrong way round
     assert not linked(q, [link("contradicts", ["s1:4"], ["s2:0"], "rules")])  # not an update
     assert not linked(q, [link("supersedes", ["s1:4"], ["s2:0"], "rules", conv="c2")])
+
+
+def test_beam_pairs_count_a_link_only_between_the_labelled_messages_and_split_tune_from_check():
+    update = question("q1", "knowledge_update", ["10", "42"], ["original_info", "updated_info"])  # folder 3: tune
+    conflict = question("q2", "contradiction_resolution", ["5", "9"], ["first_statement", "second_statement"], conv="beam-100K-14")
+    links = [
+        link("supersedes", ["10"], ["42#p2"], "rules", conv="beam-100K-3"),  # joins q1 (a part of message 42 is 42)
+        link("supersedes", ["42"], ["10"], "rules", conv="beam-100K-3"),  # the wrong way round
+        link("contradicts", ["9"], ["5"], "rules", conv="beam-100K-14"),  # joins q2: a contradiction either way
+        link("supersedes", ["5"], ["9"], "rules", conv="beam-100K-14"),  # right messages, wrong kind
+        link("contradicts", ["5"], ["9"], "rules", conv="beam-100K-3"),  # another conversation
+    ]
+    figures = pair_figures([update, conflict, question("q3", "event_ordering", ["1", "2"])], links)
+    assert figures["all"]["links"] == 5 and figures["all"]["links_on_a_labelled_pair"] == 2
+    assert figures["tune"]["knowledge_update"] == {"n": 1, "pair_linked": 1} and figures["tune"]["links"] == 3
+    assert figures["check"]["contradiction_resolution"] == {"n": 1, "pair_linked": 1} and figures["check"]["knowledge_update"]["n"] == 0
+    assert (part_of("beam-100K-10"), part_of("beam-100K-11"), part_of("beam-100K-1")) == ("tune", "check", "tune")
