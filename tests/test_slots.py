@@ -46,6 +46,12 @@ SHOULD_LINK = [
     ("I always cycle to the office.", "I never cycle to the office, it is too far.", "contradicts"),
     # what a number measures is named by the words just before it, however long the clause
     ("The oven preheat cut my morning bake time by 20%.", "I'm kinda curious how the new proofing box helped cut my morning bake time by 35%.", "supersedes"),
+    # what a question sentence states before it asks, or presupposes
+    ("I've completed 10 balsa gliders, can you suggest harder ones?", "I have now completed 15 balsa gliders, what should I build next?", "supersedes"),
+    ("I've secured 3 sponsors for the fair.", "How can I use the fact that I now have 5 sponsors for the fair?", "supersedes"),
+    ("The reading club has a quota of 4 books per month.", "I'm trying to adjust my shelf plan to the new quota of 6 books per month.", "supersedes"),
+    # a hedge stops where the speaker opens a clause of their own
+    ("I'm trying to plan the move and I have a deadline of 3 May 2024 for the flat handover.", "The flat handover deadline is now 10 May 2024.", "supersedes"),
 ]
 
 MUST_NOT_LINK = [
@@ -66,6 +72,10 @@ MUST_NOT_LINK = [
     ("I am a beekeeper.", "I am a huge fan of jazz now."),  # "a X now" without work words is no job
     ("We got a 12% budget increase for the garden club.", "Our newsletter had a 35% increase from June now."),  # "increase" names no thing
     ("I'm kinda proud the bakery orders grew by 18%.", "I'm kinda curious how the new oven cut baking time by 30%."),  # "kinda" neither
+    ("Adding keywords raised my portfolio score by 15%.", "I have now completed 90% of my portfolio course."),  # one word of two shared
+    ("The upload service answers in 300 ms.", "I'm curious, can the upload service now answer in 120 ms?"),  # what is asked is not stated
+    ("The reading club reads 4 books per month.", "I'm trying to get the reading club to 6 books per month now."),  # still a wish
+    ("I have a submission deadline of 15 June 2024 for the grant abstract.", "I have a submission deadline of 20 July 2024 for the grant report."),  # two deliverables
 ]
 
 

@@ -99,8 +99,8 @@ def same_slot(a: Slot, b: Slot) -> bool:
         return bool(a.pre and b.pre and (a.pre <= b.pre or b.pre <= a.pre))
     if not a.attribute.startswith("quantity:"):
         return True
-    if a.pre and b.pre and not a.pre & b.pre:
-        return False  # two different things measured in the same unit
+    if a.pre and b.pre and 2 * len(a.pre & b.pre) <= min(len(a.pre), len(b.pre)):  # more than half of the smaller must be shared
+        return False  # two different things measured in the same unit ("ATS score" and "ATS course")
     if a.post and a.post == b.post:
         return True
     return bool((a.pre | _words_of(a.post)) & (b.pre | _words_of(b.post)))

@@ -8,9 +8,12 @@ things, a status (started / done). A `Claim` is a polarity statement about an ac
 (I have never used X), "always", or "did" (an affirmative past or perfect: I set up X).
 
 Precision first: a wrong supersession hides a true fact. So a pattern fires only on explicit
-wording with the speaker as its subject (I, we, the speaker's name, "the user"), questions and
-hypotheticals ("if", "want to", "plan to") say nothing, and a quantity only names a slot with
-words around it that a later one can be matched on.
+wording with the speaker as its subject (I, we, the speaker's name, "the user"), hypotheticals
+("if", "want to", "plan to") say nothing up to the next clause the speaker opens, and a quantity
+only names a slot with words just before it that a later one can be matched on. A question says
+only what it states before it starts asking ("I've done 10 of them, can you ...?") and what it
+presupposes ("the fact that ...", "the new quota of 1,200 calls"): people talking to an assistant
+state most of their facts that way.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ NOT_A_THING = frozenset(
     "kinda sorta curious worried excited happy glad proud sure wondering thinking".split()
 )
 THING_WINDOW = 5  # a number measures what the last few words before it name, not its whole clause
+DEADLINE_WINDOW = 2  # "... and the user has a submission deadline": the deadline of a submission
 # a later number replaces an earlier one only when its sentence says it changed (or is the news)
 _UPDATE_CUE = re.compile(
     r"(?i)\b(?:now|new|newly|updated?|updates|improved|reduced|increased|decreased|dropped|grew|grown|rose|risen|fell|fallen|"
@@ -123,6 +127,8 @@ _TOOL = rf"(?!(?i:{_MONTHS})\b)(?-i:(?P<tool>[A-Z][\w+#.-]*[\w+#]|[A-Z]|[a-z][\w
 _VERSION = r"v?(?P<v>\d+(?:\.\d+)+|\d+(?=\s*(?:[,.;!?]|$)))"
 _DATE = rf"(?P<d>\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\b(?:,?\s+\d{{4}})?|(?:{_MONTHS})\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}})?|\d{{4}}-\d{{2}}-\d{{2}})"
 _THING = r"(?P<t>[a-z0-9][\w' -]{1,48}?)"
+# what a deadline is for, after its date: "a deadline of 1 April, 2024, for the first sprint"
+_DUE_FOR = r"(?:,?\s+(?:\d{4},?\s+)?for\s+(?:the|my|our)\s+(?P<t3>[a-z][\w-]*(?:\s+[a-z][\w-]*){0,2}?)(?=\s*(?:[,.;!?]|$|\s(?:and|so|but|which|that|is|was|in|on|by|at)\b)))?"
 
 
 def _speaker_patterns(name: str) -> dict[str, list[re.Pattern]]:
@@ -140,7 +146,7 @@ def _speaker_patterns(name: str) -> dict[str, list[re.Pattern]]:
                     re.compile(rf"\b(?:upgraded|updated|migrated|switched|downgraded|moved)\s+to\s+{_TOOL}\s+{_VERSION}", flags)],
         "due": [re.compile(rf"(?:^|\bthe\s|\bour\s|{own}\s){_THING}\s+(?:is|was|are)\s+(?:now\s+)?due\s+(?:on|by)\s+{_DATE}", flags),
                 re.compile(rf"(?:^|\bthe\s|\bour\s|{own}\s){_THING}\s+(?:has|have|had)\s+(?:been\s+)?(?:moved|pushed|postponed|rescheduled|brought forward|slipped)\s+(?:back\s+)?(?:to|until)\s+{_DATE}", flags),
-                re.compile(rf"\b(?P<t2>[a-z0-9][\w -]{{0,30}}?)\s*deadline\s+(?:of|is|on|to|for|by)\s+(?:now\s+)?{_DATE}", flags)],
+                re.compile(rf"\b(?P<t2>[a-z0-9][\w -]{{0,30}}?)\s*deadline\s+(?:of|is|on|to|for|by)\s+(?:now\s+)?{_DATE}{_DUE_FOR}", flags)],
         "favorite": [re.compile(rf"{own}\s+favou?rite\s+(?P<what>[a-z]+(?:\s+[a-z]+)?)\s+is\s+(?:now\s+)?(?P<v>[^,.;!?]+)", flags)],
         "preference": [re.compile(rf"{s}\s+{_ADV}(?:prefer|prefers|'d prefer)\s+(?P<a>[^,.;!?]+?)\s+(?:over|to|rather than|instead of)\s+(?P<b>[^,.;!?]+?)(?=\s+(?:for|in|at|when|because|on|as|since)\b|\s*[,.;!?]|\s*$)", flags)],
         "started": [re.compile(rf"{s}\s+{_ADV}(?:started|began|begun)\s+(?:on\s+|working on\s+)?(?:the|my|our)\s+{_THING}(?=\s*(?:[,.;!?]|$|\s(?:last|yesterday|today|on|in|at|this|and)\b))", flags)],
@@ -168,7 +174,7 @@ def read_record(text: str, speaker: str) -> Reading:
     for sentence in split_sentences(_PARENTHESES.sub("", normalize_text(text))):
         sentence = _TAG_QUESTION.sub("", sentence.strip())  # "..., can you believe it?" asks nothing
         if sentence.endswith("?"):
-            continue
+            sentence = asserted_before_asking(sentence)
         for clause in re.split(r"\s*[;:]\s+|\s*,\s+(?=(?:and |but |so )?(?:i|we|the user)\b)", sentence):
             slots += _slots(clause, sentence, pats, speaker)
             claims += _claims(clause, pats, speaker)
@@ -178,6 +184,26 @@ def read_record(text: str, speaker: str) -> Reading:
 # a date the rules encoder wrote into the text ("upgraded (23 August 2023) FastAPI"), an aside
 _PARENTHESES = re.compile(r"\s*\([^()]{0,60}\)")
 _TAG_QUESTION = re.compile(r"(?i),\s*(?:can|could|do|does|did|is|are|was|were|would|will|have|has|right|isn't|aren't|don't|no|eh|huh)\b[^,]*\?$")
+
+
+# where a question begins inside a sentence: at its start, or a clause opened by an auxiliary or a
+# wh-word after a comma or "so" ("I've completed 10 problems, so can you ...?", "..., how can I ...?")
+_ASKING = re.compile(
+    r"(?i)(?:^|,\s+(?:(?:so|and|but|or)\s+)?|\s(?:so|but)\s+)(?:can|could|would|will|do|does|did|should|shall|is|are|am|was|were|"
+    r"have|has|how|what|why|any\s+(?:tips|ideas|advice|suggestions))\b"
+)
+_THE_FACT_THAT = re.compile(r"(?i)\b(?:the fact that|given that|now that)\s+(?P<s>[^,;?]+)")
+
+
+def asserted_before_asking(sentence: str) -> str:
+    """What a question sentence states as given: the clauses before its first asking clause, and
+    what it presupposes ("how can I use the fact that I secured 5 interviews?"). Users of an
+    assistant state their facts this way ("I've completed 10 problems, can you check the 11th?");
+    a sentence that asks from its first word states nothing but its presuppositions."""
+    asking = _ASKING.search(sentence)
+    stated = sentence[: asking.start()] if asking else ""
+    given = [m["s"] for m in _THE_FACT_THAT.finditer(sentence, asking.start() if asking else 0)]
+    return ". ".join(part.strip() for part in [stated, *given] if part.strip())
 
 
 _PATTERN_CACHE: dict[str, dict[str, list[re.Pattern]]] = {}
@@ -192,8 +218,20 @@ def _patterns(speaker: str) -> dict[str, list[re.Pattern]]:
     return pats
 
 
-def _hedged(clause: str, start: int) -> bool:
-    return bool(_HEDGE.search(clause[:start]))
+# a hedge reaches to the next clause the speaker opens: "I'm trying to plan it and I have a deadline
+# of 1 April" states the deadline
+_OWN_CLAUSE = re.compile(r"(?i)\b(?:and|but|so)\s+(?:i|we|the user)\b")
+# a definite "the new <thing> of <value>" presupposes the value, hedged or not: "trying to update
+# my settings to the new daily quota of 1,200 calls" states the quota
+_PRESUPPOSED = re.compile(r"(?i)\bthe\s+(?:new|updated|revised|latest|current)\s+(?:[\w-]+\s+){0,3}?(?:of|is)\s+$")
+
+
+def _hedged(clause: str, start: int, value_at: int | None = None) -> bool:
+    """Whether a hedge governs the text at `start`; `value_at`: where the value itself begins,
+    for the presupposition test."""
+    if value_at is not None and _PRESUPPOSED.search(clause[max(0, value_at - 60):value_at]):
+        return False
+    return bool(_HEDGE.search(_OWN_CLAUSE.split(clause[:max(start, value_at or 0)])[-1]))
 
 
 def _slots(clause: str, sentence: str, pats: dict, speaker: str) -> list[Slot]:
@@ -201,7 +239,8 @@ def _slots(clause: str, sentence: str, pats: dict, speaker: str) -> list[Slot]:
     for kind in ("home", "job", "job_now", "version", "due", "favorite", "preference", "started", "done"):
         for pat in pats[kind]:
             for m in pat.finditer(clause):
-                if _hedged(clause, m.start()) or _NEGATION.search(clause[max(0, m.start() - 12):m.end()]):
+                value_at = m.start("d") if "d" in pat.groupindex else None
+                if _hedged(clause, m.start(), value_at) or _NEGATION.search(clause[max(0, m.start() - 12):m.end()]):
                     continue
                 slot = _slot(kind, m, sentence, speaker)
                 if slot is not None:
@@ -224,8 +263,9 @@ def _slot(kind: str, m: re.Match, sentence: str, speaker: str) -> Slot | None:
     if kind == "version":
         return Slot(f"version:{m['tool'].lower()}", m["v"])
     if kind == "due":
-        thing = m.groupdict().get("t") or m.groupdict().get("t2") or ""
-        words = _words(thing, speaker) - {"deadline"}
+        groups = m.groupdict()
+        near = " ".join((groups.get("t2") or "").split()[-DEADLINE_WINDOW:])  # "the new sprint deadline": sprint
+        words = (_words(groups.get("t") or near, speaker) | _words(groups.get("t3") or "", speaker)) - {"deadline"}
         day = _day_key(m["d"])
         return Slot("due", day, pre=words) if words and day else None
     if kind == "favorite":
@@ -260,7 +300,7 @@ def _quantities(clause: str, sentence: str, speaker: str) -> list[Slot]:
     out = []
     for m in _QUANTITY.finditer(clause):
         unit, before = _unit(m["u"]), clause[: m.start()]
-        if m["u"].lower() in _NOT_UNIT or unit in STOPWORDS or unit in listed or _QUANTITY_HEDGE.search(before) or _hedged(clause, m.start()):
+        if m["u"].lower() in _NOT_UNIT or unit in STOPWORDS or unit in listed or _QUANTITY_HEDGE.search(before) or _hedged(clause, m.start(), m.start()):
             continue
         if re.search(r"(?i)\bfrom\s*$", before) and re.match(r"\s*to\s+\d", m["post"]):
             continue  # "from 70% to 90%": the value is the second
@@ -271,7 +311,8 @@ def _quantities(clause: str, sentence: str, speaker: str) -> list[Slot]:
         nearest = re.split(r"(?i),|\b(?:and|but|so|because|with|after)\b", before)[-1].split()[-THING_WINDOW:]
         pre = _thing_words(" ".join(nearest), speaker)
         if re.match(r"(?:of|for|on|at|in)\b", post):  # "61% of the billing module": what is measured
-            pre |= _thing_words(post, speaker) - _GENERIC_OBJECT
+            measured = re.split(r"(?i)\b(?:and|but|so|because|with|after|since|which|by)\b", m["post"])[0]
+            pre |= _thing_words(" ".join(measured.split()[:6]), speaker) - _GENERIC_OBJECT
         value = f"{float(m['n'].replace(',', '')):g}"
         out.append(Slot(f"quantity:{unit}", value, pre=pre, post=post, update=update))
     return out
