@@ -157,6 +157,15 @@ def test_current_first_and_the_superseded_line_is_marked_and_charged(store):
     assert by_key["r-home-new"].note is None
 
 
+def test_the_superseded_weight_is_the_share_of_its_fused_score_the_old_record_keeps(store):
+    query = "where does Odalys live"
+    off = dict(retriever(store, validity=False).retrieve(CID, plan(query), query).fused)
+    for weight in (0.0, 0.7, 1.0):
+        fused = dict(retriever(store, superseded_weight=weight).retrieve(CID, plan(query), query).fused)
+        assert fused["r-home-old"] == pytest.approx(off["r-home-old"] * weight)
+        assert fused["r-home-new"] >= off["r-home-old"]  # the successor comes in at the old one's score
+
+
 def test_off_the_links_change_nothing(store):
     off = retriever(store, validity=False).retrieve(CID, plan("where does Odalys live"), "where does Odalys live")
     assert [k for k, _ in off.fused][0] == "r-home-old" and all(e.note is None for e in off.selected)

@@ -73,7 +73,7 @@ class Retriever:
         self.count_tokens = count_tokens  # the served model's tokenizer when known, else o200k
         self.channels = channels_for(cfg)
         self._tables = tables_read(self.channels)
-        self.validity = ValidityUnit(count_tokens) if cfg.validity else None
+        self.validity = ValidityUnit(count_tokens, cfg.superseded_weight) if cfg.validity else None
         # the Store's own cache (shared with other Retrievers and baselines over the same Store)
         self.cache = cache_for(store, cfg.cache_mb * 2**20)
 

@@ -3,7 +3,7 @@ question's evidence. It runs after fusion (and rerank) and after selection; with
 conversation it changes nothing.
 
 - Current first: a record that does not hold for the question ranks lower (its fused score is
-  halved). "Holds": nothing superseded it, or, when the plan has a time window ("where did she
+  multiplied by `retrieval.superseded_weight`). "Holds": nothing superseded it, or, when the plan has a time window ("where did she
   live in March?"), its validity interval meets that window (validity.py).
 - Successors and partners come along: a candidate that does not hold brings the record of its
   chain that does (the current value; for a window, the one that held then) in at its own score,
@@ -28,9 +28,6 @@ from lychee_ray.query.evidence import CandidatePool, Evidence
 from lychee_ray.query.validity import Validity
 from lychee_ray.schemas import QueryPlan
 
-NOT_HOLDING_WEIGHT = 0.5  # a record that does not hold keeps half its fused score
-
-
 def plan_window(plan: QueryPlan) -> tuple[str | None, str | None] | None:
     """The span of the plan's time windows (ISO days), or None when no route has one."""
     bounds = [(r.time_window.start, r.time_window.end) for r in plan.routes if r.time_window and (r.time_window.start or r.time_window.end)]
@@ -41,8 +38,9 @@ def plan_window(plan: QueryPlan) -> tuple[str | None, str | None] | None:
 
 
 class ValidityUnit:
-    def __init__(self, count_tokens: Callable[[str], int]):
+    def __init__(self, count_tokens: Callable[[str], int], not_holding_weight: float):
         self.count_tokens = count_tokens
+        self.not_holding_weight = not_holding_weight  # the share of its fused score a record keeps when it does not hold
 
     # ---- after fusion ----------------------------------------------------------------------
     def adjust(self, fused: list[tuple[str, float]], pool: CandidatePool, plan: QueryPlan,
@@ -61,7 +59,7 @@ class ValidityUnit:
             if i is None or validity.holds(i, *window):
                 scores[key] = max(scores.get(key, 0.0), score)
                 continue
-            scores[key] = max(scores.get(key, 0.0), score * NOT_HOLDING_WEIGHT)
+            scores[key] = max(scores.get(key, 0.0), score * self.not_holding_weight)
             for j in self._holding(validity, i, window):
                 if allowed is not None and not allowed[j]:
                     continue
@@ -73,7 +71,7 @@ class ValidityUnit:
                 if allowed is not None and not allowed[j]:
                     continue
                 (other,) = pool.add_records([j])
-                scores[other] = max(scores.get(other, 0.0), score * NOT_HOLDING_WEIGHT)
+                scores[other] = max(scores.get(other, 0.0), score * self.not_holding_weight)
         for key in scores:
             if key in pos:
                 self._mark(pool[key], pos[key], validity, conv)
