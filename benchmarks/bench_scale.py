@@ -321,9 +321,11 @@ PLOTS = {"turns_per_s": "ingest turns/s", "driver_rss_mb": "driver peak RSS (MB)
 
 def report(rows: list[dict], args, command: str) -> Path:
     ingested = [r["size"] for r in rows if r["built"] == "ingested"]
-    copied = [f"{r['size']} ({r['built']})" for r in rows if r["built"] != "ingested"]
+    reused = [r["size"] for r in rows if r["built"] == "reused"]
+    copied = [f"{r['size']} ({r['built']})" for r in rows if r["built"] not in ("ingested", "reused")]
     lines = ["# Scale: ingest and query against archive size", "", f"Command: `{command}`", "", machine_load(), "",
-             f"Ingested: {', '.join(map(str, ingested)) or 'none'}; copied: {', '.join(copied) or 'none'} "
+             f"Ingested: {', '.join(map(str, ingested)) or 'none'}; reused (built by an earlier run in --work, no ingest figures): "
+             f"{', '.join(map(str, reused)) or 'none'}; copied: {', '.join(copied) or 'none'} "
              "(relabelled copies of the largest ingested store, committed in an ingest's batches: no ingest figures).", "",
              "Archives: synth chit-chat chats of 12 turns (2 sessions x 6), seed 0; rules backend. Memory.search includes the "
              "rules planner and the query embedding. Evaluate: the command's whole wall time (Ray start, model loads).", "",
