@@ -390,7 +390,8 @@ class RetrievalConfig(_Section):
     # record superseded it). 0.7 over 0.5, 0.85 and 1.0 on BEAM 100K's tune folders (1-10): the
     # same knowledge_update share with the new value in context and the old one absent or marked
     # (0.25 at each), and the best evidence recall (0.616 against 0.607 at 0.5): questions about
-    # how a value changed need the old record too.
+    # how a value changed need the old record too. A contradicting record brought in beside a
+    # candidate comes in at the same share of the candidate's score.
     superseded_weight: float = Field(0.7, ge=0.0, le=1.0)
     rerank: RerankConfig = Field(default_factory=RerankConfig)
     # Retrieval loads a conversation once into memory (query/conversation.py); this bounds what

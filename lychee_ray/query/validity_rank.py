@@ -3,12 +3,14 @@ question's evidence. It runs after fusion (and rerank) and after selection; with
 conversation it changes nothing.
 
 - Current first: a record that does not hold for the question ranks lower (its fused score is
-  multiplied by `retrieval.superseded_weight`). "Holds": nothing superseded it, or, when the plan has a time window ("where did she
-  live in March?"), its validity interval meets that window (validity.py).
+  multiplied by `retrieval.superseded_weight`). "Holds": nothing superseded it, or, when the plan
+  has a time window ("where did she live in March?"), its validity interval meets that window
+  (validity.py).
 - Successors and partners come along: a candidate that does not hold brings the record of its
   chain that does (the current value; for a window, the one that held then) in at its own score,
-  and a candidate in a contradiction brings the records it conflicts with; under a window filter
-  (time_routes=filter) only those the window lets in, as for every channel.
+  and a candidate in a contradiction brings the records it conflicts with (at the same share of
+  its score); under a window filter (time_routes=filter) only those the window lets in, as for
+  every channel.
 - Marked: a superseded record's line reads `[was: <it> until <day>; now: <its successor>]`, and
   each side of a contradiction says what it conflicts with and when that was said (the prompt's
   `ValidityNote`); the budget charges exactly the marked line.
