@@ -15,6 +15,23 @@ the rule-based backend, stage plumbing), store (Parquet + DuckDB), ingest and qu
 ablate, and the `cli`.
 """
 
-from lychee_ray.query.memory import Memory, MemoryAnswer, MemoryItem, Recall
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 __all__ = ["Memory", "MemoryAnswer", "MemoryItem", "Recall"]
+
+if TYPE_CHECKING:
+    from lychee_ray.query.memory import Memory, MemoryAnswer, MemoryItem, Recall
+
+
+def __getattr__(name: str):
+    """`Memory` and its result types, imported on first use (PEP 562): every process that
+    imports any module of the package runs this file, and an eager import of the query layer
+    (DuckDB, the store reader, the LLM client) cost each Ray worker and each CLI start about a
+    second that the ingest stages never use."""
+    if name in __all__:
+        from lychee_ray.query import memory
+
+        return getattr(memory, name)
+    raise AttributeError(f"module 'lychee_ray' has no attribute {name!r}")

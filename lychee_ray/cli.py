@@ -16,20 +16,19 @@ import json
 import logging
 import sys
 
-from lychee_ray.ablate.grid import load_grid
-from lychee_ray.ablate.runner import run_ablation
 from lychee_ray.config import load_config
 from lychee_ray.config_sections import ConfigError
-from lychee_ray.evaluate.job import run_evaluate
-from lychee_ray.ingest.job import REDO_STATUSES, run_ingest
 from lychee_ray.io.fs import PathProblem, os_reason
 from lychee_ray.io.readers.common import InputError
-from lychee_ray.llm.serve import serve
-from lychee_ray.query.memory import Memory, MemoryAnswer, QueryError
+from lychee_ray.query.errors import QueryError
 from lychee_ray.runtime.ray import RayStartError
-from lychee_ray.store.compact import compact_store
+from lychee_ray.schemas import REDO_STATUSES
 from lychee_ray.store.manifest import StoreError
 from lychee_ray.synth import FORMATS, STYLES, SynthError, SynthParams, write_archive
+
+# Each command imports its own layer when it runs: together they take about 3 s to import
+# (the ablation report alone pulls scipy and matplotlib), which every `lychee-ray query` or
+# `synth` would otherwise pay before doing anything.
 
 # Expected user errors: one sentence and rc 2, never a traceback. The OSErrors are what a path
 # the user gave can raise outside our own checks (no permission, a file where a folder should be).
@@ -124,6 +123,8 @@ def user_message(exc: BaseException) -> str:
 
 
 def cmd_ingest(args, cfg) -> int:
+    from lychee_ray.ingest.job import run_ingest
+
     redo = [s.strip() for s in args.redo.split(",") if s.strip()]
     summary = run_ingest(cfg, args.input, args.out, force=args.force, redo=redo)
     print(summary.render())
@@ -133,11 +134,15 @@ def cmd_ingest(args, cfg) -> int:
 
 
 def cmd_compact(args, cfg) -> int:
+    from lychee_ray.store.compact import compact_store
+
     print(compact_store(args.store, cfg, turns_per_file=args.turns_per_file).render())
     return 0
 
 
 def cmd_evaluate(args, cfg) -> int:
+    from lychee_ray.evaluate.job import run_evaluate
+
     result = run_evaluate(cfg, args.store, args.out, questions_path=args.questions)
     print(result.render())
     return 0
@@ -145,6 +150,8 @@ def cmd_evaluate(args, cfg) -> int:
 
 def cmd_query(args, cfg) -> int:
     """A thin printer over `Memory`: the same plan, retrieval and answer an agent gets."""
+    from lychee_ray.query.memory import Memory, MemoryAnswer
+
     if args.history:
         return cmd_history(args, cfg)
     answered: MemoryAnswer | None = None
@@ -199,6 +206,8 @@ QUERY_SOURCES_SHOWN = 3  # source turns quoted under each shown item
 
 
 def cmd_history(args, cfg) -> int:
+    from lychee_ray.query.memory import Memory
+
     with Memory.open(args.store, cfg) as memory:
         entries = memory.history(args.conversation, args.question)
     if args.json:
@@ -238,10 +247,15 @@ def link_lines(item) -> list[str]:
 
 
 def cmd_serve(args, cfg) -> int:
+    from lychee_ray.llm.serve import serve
+
     return serve(cfg)
 
 
 def cmd_ablate(args, cfg) -> int:
+    from lychee_ray.ablate.grid import load_grid
+    from lychee_ray.ablate.runner import run_ablation
+
     result = run_ablation(load_grid(args.config, args.set), args.input, args.out)
     print(result.render())
     return 0

@@ -74,6 +74,10 @@ class Segment:
     context_json: str | None = None
 
 
+# The statuses whose stored conversations `lychee-ray ingest --redo` processes again.
+REDO_STATUSES = ("error", "degraded", "pending")
+
+
 @dataclass
 class Conversation:
     """One conversation as it flows through the ingest pipeline."""

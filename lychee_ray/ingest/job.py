@@ -22,6 +22,7 @@ from lychee_ray.ingest.summary import IngestSummary
 from lychee_ray.io.readers.files import list_input_files
 from lychee_ray.runtime.pipeline import PipelineStalled, iter_rows
 from lychee_ray.runtime.ray import init_ray
+from lychee_ray.schemas import REDO_STATUSES
 from lychee_ray.store.reader import open_store
 from lychee_ray.store.stored_state import StoredIndex, stored_digests
 from lychee_ray.store.writer import finalize_manifest, prepare_output, turn_accounts
@@ -33,9 +34,6 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------------
 # The job
 # --------------------------------------------------------------------------------------------
-REDO_STATUSES = ("error", "degraded", "pending")  # what --redo accepts
-
-
 def check_redo(redo) -> tuple[str, ...]:
     """The statuses to redo, or one ConfigError sentence naming the unknown ones and the allowed."""
     redo = tuple(dict.fromkeys(redo))

@@ -51,6 +51,7 @@ from lychee_ray.llm.prompts import BENCHMARKS, EvidenceItem, ValidityNote
 from lychee_ray.query.answer import Outcome
 from lychee_ray.query.conversation import LoadedConversation, cache_for, drop_cache
 from lychee_ray.query.engine import QueryEngine
+from lychee_ray.query.errors import QueryError
 from lychee_ray.query.evidence import Evidence
 from lychee_ray.schemas import QueryPlan
 from lychee_ray.store.manifest import StoreError
@@ -62,10 +63,6 @@ from lychee_ray.tables import RECORD_TYPES, Record, Turn
 RECORD_COLUMNS = tuple(Record.column_names(query=True))
 VALIDITY_COLUMNS = ("valid_from", "valid_until", "superseded_by", "conflicts_with")
 TURN_COLUMNS = tuple(Turn.column_names(query=True))
-
-
-class QueryError(ValueError):
-    """A question that cannot be searched (no words); the CLI prints it as one sentence."""
 
 
 @dataclass(frozen=True)
