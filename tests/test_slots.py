@@ -49,6 +49,8 @@ SHOULD_LINK = [
     # what a question sentence states before it asks, or presupposes
     ("I've completed 10 balsa gliders, can you suggest harder ones?", "I have now completed 15 balsa gliders, what should I build next?", "supersedes"),
     ("I've secured 3 sponsors for the fair.", "How can I use the fact that I now have 5 sponsors for the fair?", "supersedes"),
+    # ... and a hedge in the part it states does not govern what it presupposes
+    ("I've secured 3 sponsors for the fair.", "I'm trying to save money, so how can I use the fact that I now have 5 sponsors for the fair?", "supersedes"),
     ("The reading club has a quota of 4 books per month.", "I'm trying to adjust my shelf plan to the new quota of 6 books per month.", "supersedes"),
     # a hedge stops where the speaker opens a clause of their own
     ("I'm trying to plan the move and I have a deadline of 3 May 2024 for the flat handover.", "The flat handover deadline is now 10 May 2024.", "supersedes"),

@@ -173,11 +173,11 @@ def read_record(text: str, speaker: str) -> Reading:
     claims: list[Claim] = []
     for sentence in split_sentences(_PARENTHESES.sub("", normalize_text(text))):
         sentence = _TAG_QUESTION.sub("", sentence.strip())  # "..., can you believe it?" asks nothing
-        if sentence.endswith("?"):
-            sentence = asserted_before_asking(sentence)
-        for clause in re.split(r"\s*[;:]\s+|\s*,\s+(?=(?:and |but |so )?(?:i|we|the user)\b)", sentence):
-            slots += _slots(clause, sentence, pats, speaker)
-            claims += _claims(clause, pats, speaker)
+        # each part a question states is read on its own, so a hedge in one never governs another
+        for part in asserted_before_asking(sentence) if sentence.endswith("?") else [sentence]:
+            for clause in re.split(r"\s*[;:]\s+|\s*,\s+(?=(?:and |but |so )?(?:i|we|the user)\b)", part):
+                slots += _slots(clause, part, pats, speaker)
+                claims += _claims(clause, pats, speaker)
     return Reading(tuple(dict.fromkeys(slots)), tuple(dict.fromkeys(claims)))
 
 
@@ -195,15 +195,16 @@ _ASKING = re.compile(
 _THE_FACT_THAT = re.compile(r"(?i)\b(?:the fact that|given that|now that)\s+(?P<s>[^,;?]+)")
 
 
-def asserted_before_asking(sentence: str) -> str:
-    """What a question sentence states as given: the clauses before its first asking clause, and
-    what it presupposes ("how can I use the fact that I secured 5 interviews?"). Users of an
-    assistant state their facts this way ("I've completed 10 problems, can you check the 11th?");
-    a sentence that asks from its first word states nothing but its presuppositions."""
+def asserted_before_asking(sentence: str) -> list[str]:
+    """What a question sentence states as given, part by part: the clauses before its first
+    asking clause, and each thing it presupposes ("how can I use the fact that I secured 5
+    interviews?"). Users of an assistant state their facts this way ("I've completed 10
+    problems, can you check the 11th?"); a sentence that asks from its first word states nothing
+    but its presuppositions."""
     asking = _ASKING.search(sentence)
     stated = sentence[: asking.start()] if asking else ""
     given = [m["s"] for m in _THE_FACT_THAT.finditer(sentence, asking.start() if asking else 0)]
-    return ". ".join(part.strip() for part in [stated, *given] if part.strip())
+    return [part.strip() for part in [stated, *given] if part.strip()]
 
 
 _PATTERN_CACHE: dict[str, dict[str, list[re.Pattern]]] = {}
